@@ -1,0 +1,37 @@
+# dsgraph: `make demo` runs the main job on the built-in default; `make test` runs the tests.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG ?= configs/default.yaml
+# The install stamp is keyed on the dependency list: editing setup.cfg reinstalls, nothing else does.
+STAMP := $(VENV)/.stamp-$(shell sha1sum setup.cfg pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: install partition train demo bench test clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip<25"
+	$(BIN)/python -m pip install --quiet -e .
+	rm -f $(VENV)/.stamp-*
+	touch $@
+
+partition: install
+	$(BIN)/python -m partition --config $(CONFIG) $(ARGS)
+
+train: install
+	$(BIN)/python -m train --config $(CONFIG) $(ARGS)
+
+demo: install
+	$(BIN)/python -m partition --config $(CONFIG) --if-missing
+	$(BIN)/python -m train --config $(CONFIG)
+
+bench: install
+	$(BIN)/python -m benchmarks all $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q $(ARGS)
+
+clean:
+	rm -rf $(VENV) data runs partitions .pytest_cache *.egg-info

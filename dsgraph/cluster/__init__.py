@@ -1,0 +1,1 @@
+"""Cluster: process launch, supervision and DGL compatibility fixes."""

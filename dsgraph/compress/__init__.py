@@ -1,0 +1,1 @@
+"""Activation compression: block-wise INT2 quantization of tensors saved for backward."""

@@ -1,0 +1,38 @@
+"""Generated datasets cached on disk, keyed by a hash of their parameters, written atomically."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def param_hash(params: Any) -> str:
+    """A short stable hash of a dataclass or JSON-able mapping of parameters."""
+    if dataclasses.is_dataclass(params):
+        params = dataclasses.asdict(params)
+    blob = json.dumps(params, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+def cached(path: Path, build: Callable[[], T], save: Callable[[T, str], None],
+           load: Callable[[str], T]) -> T:
+    """Load ``path`` if present, else ``build()`` and ``save`` it via a temp file + rename."""
+    if path.exists():
+        return load(str(path))
+    obj = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return obj

@@ -1,0 +1,44 @@
+"""Model registry: built-in names or a user's ``package.module:ClassName``."""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torch import nn
+
+from dsgraph.errors import ConfigError
+
+# Lazy "module:attr" targets so importing the registry imports no model code.
+BUILTIN = {
+    "sage": "dsgraph.models.gnn:GraphSAGE",
+    "gcn": "dsgraph.models.gnn:GCN",
+    "gat": "dsgraph.models.gnn:GAT",
+    "mlp": "dsgraph.models.gnn:MLP",
+    "mpnn": "dsgraph.models.mpnn:KernelMPNN",
+}
+
+
+def resolve(name: str) -> type:
+    """The model class for a registered name or a ``package.module:ClassName`` path."""
+    target = BUILTIN.get(name, name)
+    if ":" not in target:
+        raise ConfigError(f"model.name: expected one of {', '.join(BUILTIN)} or "
+                          f"'package.module:ClassName', got {name!r}")
+    mod_name, attr = target.split(":", 1)
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ConfigError(f"model.name: cannot import module {mod_name!r} ({exc})") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ConfigError(f"model.name: {target!r} is not a torch.nn.Module class")
+    return cls
+
+
+def build_model(name: str, in_feats: int, num_classes: int, args: dict[str, Any]) -> nn.Module:
+    """Instantiate ``name`` as ``cls(in_feats=..., num_classes=..., **args)``."""
+    cls = resolve(name)
+    try:
+        return cls(in_feats=in_feats, num_classes=num_classes, **args)
+    except TypeError as exc:
+        raise ConfigError(f"model.args: {cls.__name__} rejected the arguments {args!r} ({exc})") from None

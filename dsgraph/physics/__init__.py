@@ -1,0 +1,1 @@
+"""DS-MPNN: sampled radius graphs, domain decomposition and halo exchange for physics."""

@@ -1,0 +1,1 @@
+"""SAR: full-batch sequential aggregation and rematerialization."""
