@@ -1,0 +1,107 @@
+"""DGL partition files: write from any node assignment, read back, verify.
+
+The layout is exactly what stock ``dgl.distributed.load_partition`` / ``DistGraphServer`` read:
+``<graph_name>.json`` plus ``part<k>/graph.dgl``, ``node_feat.dgl`` and ``edge_feat.dgl``. Node ids
+are reshuffled so part ``k`` owns a contiguous range; every part's ``node_feat.dgl`` also holds
+``_N/orig_id``, the original id of each owned node, so results can be mapped back. Edges belong to
+their destination's part. Files are written into a temporary folder that is renamed into place
+only when complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+
+
+def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
+                     halo_hops: int = 1, method: str = "custom", force: bool = False) -> Path:
+    """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
+
+    ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
+    part. Empty parts are rejected because DGL's range partition book cannot represent them.
+    """
+    import dgl
+    from dgl.data.utils import save_tensors
+
+    from dsgraph.errors import UserError
+    from dsgraph.fsutil import atomic_dir
+
+    num_parts = int(assignment.max()) + 1 if assignment.size else 1
+    counts = np.bincount(assignment, minlength=num_parts)
+    if (counts == 0).any():
+        raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
+                        f"({g.num_nodes()} nodes into {num_parts} parts); use fewer parts")
+    structure = dgl.graph(g.edges(), num_nodes=g.num_nodes())
+    parts, orig_nids, orig_eids = dgl.partition_graph_with_halo(
+        structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
+    meta: dict = {"graph_name": graph_name, "num_nodes": g.num_nodes(), "num_edges": g.num_edges(),
+                  "part_method": method, "num_parts": num_parts, "halo_hops": halo_hops,
+                  "node_map": {"_N": []}, "edge_map": {"_N:_E:_N": []},
+                  "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}}
+    with atomic_dir(out_dir, force=force) as tmp:
+        for k in range(num_parts):
+            part = parts[k]
+            inner = part.ndata["inner_node"].bool()
+            inner_new = part.ndata[dgl.NID][inner]
+            inner_e = part.edata["inner_edge"].bool()
+            inner_eids = part.edata[dgl.EID][inner_e]
+            meta["node_map"]["_N"].append([int(inner_new[0]), int(inner_new[-1]) + 1])
+            if inner_eids.numel():
+                meta["edge_map"]["_N:_E:_N"].append([int(inner_eids[0]), int(inner_eids[-1]) + 1])
+            else:
+                prev = meta["edge_map"]["_N:_E:_N"][-1][1] if k else 0
+                meta["edge_map"]["_N:_E:_N"].append([prev, prev])
+            owned_orig = part.ndata["orig_id"][inner]
+            feats = {f"_N/{key}": g.ndata[key][owned_orig] for key in g.ndata.keys()}
+            feats["_N/orig_id"] = owned_orig.to(torch.int64)
+            del part.ndata["orig_id"], part.edata["orig_id"]
+            pdir = tmp / f"part{k}"
+            pdir.mkdir()
+            save_tensors(str(pdir / "node_feat.dgl"), feats)
+            save_tensors(str(pdir / "edge_feat.dgl"), {})
+            dgl.save_graphs(str(pdir / "graph.dgl"), [part])
+            meta[f"part-{k}"] = {"node_feats": f"part{k}/node_feat.dgl",
+                                 "edge_feats": f"part{k}/edge_feat.dgl",
+                                 "part_graph": f"part{k}/graph.dgl"}
+        (tmp / f"{graph_name}.json").write_text(json.dumps(meta, indent=1))
+    return Path(out_dir) / f"{graph_name}.json"
+
+
+def load_part(part_config: str | os.PathLike, part_id: int):
+    """Stock ``dgl.distributed.load_partition``: (graph, node_feats, gpb, ...) of one part."""
+    import dgl
+    return dgl.distributed.load_partition(str(part_config), part_id)
+
+
+def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
+    """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
+    from dgl.data.utils import load_tensors
+
+    cfg_path = Path(part_config)
+    meta = json.loads(cfg_path.read_text())
+    return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]
+                      for k in range(meta["num_parts"])])
+
+
+def partition_graph(g, num_parts: int, out_dir: str | os.PathLike, graph_name: str = "graph",
+                    method: str = "metis", halo_hops: int = 1, seed: int = 0, force: bool = False,
+                    balance_train: bool = True, balance_edges: bool = True) -> Path:
+    """Assign nodes with METIS (pymetis) or at random and write DGL partition files."""
+    from partition.metis import (balance_weights, metis_assignment, random_assignment,
+                                 symmetric_csr)
+
+    if method == "random":
+        assign = random_assignment(g.num_nodes(), num_parts, seed)
+    else:
+        src, dst = (t.numpy() for t in g.edges())
+        adj = symmetric_csr(src, dst, g.num_nodes())
+        train = g.ndata["train_mask"].numpy() if "train_mask" in g.ndata else None
+        weights = balance_weights(adj, train, balance_train, balance_edges)
+        assign = metis_assignment(adj, num_parts, weights, seed)
+    return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force)
