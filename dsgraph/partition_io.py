@@ -20,12 +20,17 @@ NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
 
 
 def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
-                     halo_hops: int = 1, method: str = "custom", force: bool = False) -> Path:
+                     halo_hops: int = 1, method: str = "custom", force: bool = False,
+                     stats: dict | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
 
     ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
     part. Empty parts are rejected because DGL's range partition book cannot represent them.
+    ``partition_stats.json`` (see :func:`partition_stats`) is written beside the JSON, starting
+    from the given ``stats`` and adding per-part counts, wall time and peak RSS.
     """
+    import time
+    t0 = time.perf_counter()
     import dgl
     from dgl.data.utils import save_tensors
 
@@ -44,6 +49,9 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
                   "part_method": method, "num_parts": num_parts, "halo_hops": halo_hops,
                   "node_map": {"_N": []}, "edge_map": {"_N:_E:_N": []},
                   "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}}
+    if "label" in g.ndata:  # extra key (ignored by DGL): trainers size the output layer from it
+        meta["num_classes"] = int(g.ndata["label"].max()) + 1
+    stats = {**partition_stats(g, assignment, method), **(stats or {}), "parts": []}
     with atomic_dir(out_dir, force=force) as tmp:
         for k in range(num_parts):
             part = parts[k]
@@ -58,6 +66,10 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
                 prev = meta["edge_map"]["_N:_E:_N"][-1][1] if k else 0
                 meta["edge_map"]["_N:_E:_N"].append([prev, prev])
             owned_orig = part.ndata["orig_id"][inner]
+            train = int(g.ndata["train_mask"][owned_orig].sum()) if "train_mask" in g.ndata else 0
+            stats["parts"].append({"part": k, "nodes": int(inner.sum()),
+                                   "inner_edges": int(inner_e.sum()),
+                                   "halo_nodes": int((~inner).sum()), "train_nodes": train})
             feats = {f"_N/{key}": g.ndata[key][owned_orig] for key in g.ndata.keys()}
             feats["_N/orig_id"] = owned_orig.to(torch.int64)
             del part.ndata["orig_id"], part.edata["orig_id"]
@@ -70,7 +82,25 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
                                  "edge_feats": f"part{k}/edge_feat.dgl",
                                  "part_graph": f"part{k}/graph.dgl"}
         (tmp / f"{graph_name}.json").write_text(json.dumps(meta, indent=1))
+        trains = [p["train_nodes"] for p in stats["parts"]]
+        stats["train_balance"] = max(trains) / max(np.mean(trains), 1e-9) if any(trains) else 1.0
+        stats["wall_s"] = stats.get("wall_s", 0.0) + time.perf_counter() - t0
+        from dsgraph.runs import peak_rss_mb
+        stats["peak_rss_mb"] = peak_rss_mb()
+        (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
     return Path(out_dir) / f"{graph_name}.json"
+
+
+def partition_stats(g, assignment: np.ndarray, method: str) -> dict:
+    """Edge cut (edges whose endpoints lie in different parts) and node balance of an assignment."""
+    src, dst = (t.numpy() for t in g.edges())
+    num_parts = int(assignment.max()) + 1
+    counts = np.bincount(assignment, minlength=num_parts)
+    cut = int((assignment[src] != assignment[dst]).sum())
+    return {"method": method, "num_parts": num_parts, "num_nodes": int(g.num_nodes()),
+            "num_edges": int(g.num_edges()), "edge_cut": cut,
+            "edge_cut_ratio": cut / max(g.num_edges(), 1),
+            "node_balance": float(counts.max() / counts.mean())}
 
 
 def load_part(part_config: str | os.PathLike, part_id: int):
@@ -93,6 +123,8 @@ def partition_graph(g, num_parts: int, out_dir: str | os.PathLike, graph_name: s
                     method: str = "metis", halo_hops: int = 1, seed: int = 0, force: bool = False,
                     balance_train: bool = True, balance_edges: bool = True) -> Path:
     """Assign nodes with METIS (pymetis) or at random and write DGL partition files."""
+    import time
+    t0 = time.perf_counter()
     from partition.metis import (balance_weights, metis_assignment, random_assignment,
                                  symmetric_csr)
 
@@ -104,4 +136,5 @@ def partition_graph(g, num_parts: int, out_dir: str | os.PathLike, graph_name: s
         train = g.ndata["train_mask"].numpy() if "train_mask" in g.ndata else None
         weights = balance_weights(adj, train, balance_train, balance_edges)
         assign = metis_assignment(adj, num_parts, weights, seed)
-    return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force)
+    return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
+                            stats={"wall_s": time.perf_counter() - t0})

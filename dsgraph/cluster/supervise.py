@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +46,17 @@ class Supervisor:
     """Start, watch and tear down the processes of one job (use as a context manager)."""
 
     def __init__(self, log_dir: Path, timeout_s: float, shm_token: str | None = None,
-                 grace_s: float = 5.0) -> None:
+                 grace_s: float = 5.0, snapshot_shm: bool = False) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s, self.grace_s, self.shm_token = timeout_s, grace_s, shm_token
         self.procs: list[Proc] = []
+        self.peak_rss_mb: dict[str, float] = {}
         self.start = time.monotonic()
         self._old_sigterm = None
+        self._threads: list[threading.Thread] = []
+        # Stock DGL names its segments without a job token: then remove what appeared during the job.
+        self._shm_before = _shm_names() if snapshot_shm else None
 
     def __enter__(self) -> "Supervisor":
         try:
@@ -65,21 +71,44 @@ class Supervisor:
             signal.signal(signal.SIGTERM, self._old_sigterm)
 
     def spawn(self, name: str, argv: Sequence[str], env: dict[str, str], required: bool = True,
-              cwd: str | None = None) -> Proc:
-        """Start ``argv`` in a new session (own process group), output to ``<log_dir>/<name>.log``."""
+              cwd: str | None = None, echo: bool = False) -> Proc:
+        """Start ``argv`` in a new session (own process group), output to ``<log_dir>/<name>.log``.
+
+        ``echo`` also copies the output to this process's stderr (rank 0's progress bar).
+        """
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as fh:
-            popen = subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=fh,
+            popen = subprocess.Popen(list(argv), env=env, cwd=cwd,
+                                     stdout=subprocess.PIPE if echo else fh,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
+        if echo:
+            t = threading.Thread(target=_tee, args=(popen.stdout, log), daemon=True)
+            t.start()
+            self._threads.append(t)
         proc = Proc(name, popen, log, required)
         self.procs.append(proc)
         return proc
+
+    def _sample_rss(self) -> None:
+        for p in self.procs:
+            if p.popen.poll() is None:
+                mb = _vm_hwm_mb(p.popen.pid)
+                if mb is not None:
+                    self.peak_rss_mb[p.name] = max(mb, self.peak_rss_mb.get(p.name, 0.0))
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the remaining (non-required) processes to exit by themselves."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(p.popen.poll() is None for p in self.procs):
+            self._sample_rss()
+            time.sleep(0.1)
 
     def wait(self, poll_s: float = 0.1) -> None:
         """Block until every required process exits 0; raise JobFailed on the first fault."""
         try:
             while True:
+                self._sample_rss()
                 done = True
                 for p in self.procs:
                     rc = p.popen.poll()
@@ -119,7 +148,43 @@ class Supervisor:
                 p.popen.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        for t in self._threads:
+            t.join(timeout=2)
         remove_shm(self.shm_token)
+        if self._shm_before is not None:
+            for name in _shm_names() - self._shm_before:
+                try:
+                    (SHM_DIR / name).unlink()
+                except OSError:
+                    pass
+
+
+def _tee(stream, log: Path) -> None:
+    """Copy a child's output to its log and to our stderr until it closes."""
+    with log.open("ab") as fh:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            fh.write(chunk)
+            fh.flush()
+            try:
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            except (ValueError, OSError):
+                pass
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def _shm_names() -> set[str]:
+    return {e.name for e in SHM_DIR.iterdir()} if SHM_DIR.is_dir() else set()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
+import traceback
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -21,3 +24,20 @@ def init_gloo(timeout_s: float = 600.0) -> tuple[int, int]:
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
+
+
+def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
+    """Run a worker's main; on any error print the traceback and exit(1) at once.
+
+    DGL registers an atexit handler that waits at a barrier for every other client, so a worker
+    that raised would otherwise never exit and the job would hang (observed with DGL 2.1.0).
+    """
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - every failure must end the process
+        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1 if not isinstance(exc, KeyboardInterrupt) else 130)
+        raise

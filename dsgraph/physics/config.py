@@ -11,13 +11,15 @@ from dsgraph.configfields import bound
 class PhysicsConfig:
     """DS-MPNN physics data, graph sampling and domain decomposition."""
 
-    resolution: int = bound(64, ge=8, le=421)
+    resolution: int = bound(64, ge=8, le=421)  # Darcy grid nodes per side
     train_samples: int = bound(100, ge=1)
     test_samples: int = bound(20, ge=1)
     points: int = bound(5000, ge=100)  # airfoil points per sample
-    sampled_nodes: int = bound(1000, ge=2)
-    radius: float = bound(0.1, gt=0)
-    max_edges: int = bound(16, ge=1)
-    workers: int = bound(1, ge=1)
+    sampled_nodes: int = bound(1000, ge=2)  # s: nodes drawn per sample (resampled every epoch)
+    radius: float = bound(0.1, gt=0)  # neighbourhood radius (dataset coordinates)
+    max_edges: int = bound(16, ge=1)  # n_e: cap on incoming edges per node
+    workers: int = bound(1, ge=1)  # P: subdomains = worker processes
     decomposition: Literal["bisection", "metis"] = "bisection"
-    gen_workers: int = bound(2, ge=1)
+    gen_workers: int = bound(2, ge=1)  # processes generating the dataset
+    infer_repeats: int = bound(2, ge=1)  # full-field inference: random covers averaged
+    eval_every: int = bound(0, ge=0)  # test metrics every k epochs (0: only after training)

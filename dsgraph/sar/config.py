@@ -4,9 +4,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from dsgraph.configfields import bound
+
 
 @dataclass
 class SarConfig:
-    """Full-batch sequential aggregation and rematerialization."""
+    """Full-batch sequential aggregation and rematerialization.
+
+    ``mode``: ``sar`` fetches one remote partition at a time and rematerializes non-linear
+    aggregations in backward; ``sa`` keeps the fetched pieces for backward (more memory, no
+    recompute); ``one_shot`` fetches every halo row of a layer at once (the naive baseline).
+    """
 
     mode: Literal["sar", "sa", "one_shot"] = "sar"
+    prefetch: bool = True  # post the next ring round's transfer before aggregating this one
+    eval_every: int = bound(1, ge=1)  # epochs between val/test accuracy evaluations
+    timeout_s: float = bound(600.0, gt=0)  # gloo operation timeout: a dead peer fails, never hangs

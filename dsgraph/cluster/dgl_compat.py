@@ -1,0 +1,95 @@
+"""Every DGL 2.1.0 workaround dsgraph needs, in one place, applied explicitly per process.
+
+Stock DistDGL assumes one partition per host. With several partitions on one host it silently
+serves wrong remote features (dmlc/dgl#3621) because:
+
+1. KVStore shared-memory names (``node~_N~feat-kvdata-``) carry no partition id, so the second
+   server maps and overwrites the first server's segment; and
+2. ``rpc_client.get_local_machine_id`` returns the first ip_config line with a local address, so
+   every process on the host believes it is machine 0 and the fast-pull path reads the wrong
+   partition's local memory.
+
+The fix (``apply``), run in every server, trainer and sampler process before DGL starts:
+KV shared-memory names get a ``<job token>m<machine>_`` prefix; the local machine id is the
+process's real partition index; and each machine serves the partition under its own graph name
+(``<graph>_<token>_m<M>``, via a per-machine copy of the partition JSON, :func:`machine_config`)
+so graph-structure and partition-book segments are per machine too. Backup servers
+(servers_per_machine > 1) map their own machine's graph. Every segment name contains the job
+token, which lets the supervisor remove exactly this job's segments.
+
+It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
+level, which also covers spawned sampler processes (they re-import the entry module).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+ENV_MACHINE = "DSGRAPH_MACHINE_ID"
+ENV_TOKEN = "DSGRAPH_JOB_TOKEN"
+ENV_GRAPH = "DSGRAPH_GRAPH_NAME"
+
+_applied: dict | None = None
+
+
+def machine_graph_name(graph_name: str, token: str, machine: int) -> str:
+    """The graph name machine ``machine`` of job ``token`` serves its partition under."""
+    return f"{graph_name}_{token}_m{machine}"
+
+
+def machine_config(part_config: str | os.PathLike, token: str, machine: int,
+                   out_dir: str | os.PathLike) -> Path:
+    """Write a copy of the partition JSON that names the graph per machine (paths made absolute)."""
+    part_config = Path(part_config).resolve()
+    meta = json.loads(part_config.read_text())
+    meta["graph_name"] = machine_graph_name(meta["graph_name"], token, machine)
+    for k in range(meta["num_parts"]):
+        entry = meta[f"part-{k}"]
+        for key, rel in entry.items():
+            entry[key] = str((part_config.parent / rel).resolve())
+    out = Path(out_dir) / f"{meta['graph_name']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(meta, indent=1))
+    return out
+
+
+def apply(machine: int, token: str, graph_name: str | None = None) -> None:
+    """Patch DGL in this process for machine ``machine`` of job ``token`` (idempotent)."""
+    global _applied
+    state = {"machine": machine, "token": token, "graph_name": graph_name}
+    if _applied == state:
+        return
+    if _applied is not None:
+        raise RuntimeError(f"dgl_compat already applied with {_applied}, not {state}")
+    from dgl._ffi import ndarray as ffi_ndarray
+    from dgl.distributed import dist_graph, kvstore, rpc_client
+
+    prefix = f"{token}m{machine}_"
+
+    def empty_shared_mem(name, is_create, shape, dtype):
+        return ffi_ndarray.empty_shared_mem(prefix + name, is_create, shape, dtype)
+
+    kvstore.empty_shared_mem = empty_shared_mem
+    rpc_client.get_local_machine_id = lambda server_namebook: machine
+
+    if graph_name is not None:
+        original = dist_graph.InitGraphRequest.process_request
+
+        def process_request(self, server_state):
+            # A backup server has no graph yet and maps it from shared memory under the name the
+            # client sent, which is the *client's* machine's name: use this server's own name.
+            if server_state.graph is None:
+                self._graph_name = graph_name
+            return original(self, server_state)
+
+        dist_graph.InitGraphRequest.process_request = process_request
+    _applied = state
+
+
+def apply_from_env() -> bool:
+    """Apply the patch if this process belongs to a dsgraph DistDGL job; return whether it did."""
+    if ENV_TOKEN not in os.environ:
+        return False
+    apply(int(os.environ[ENV_MACHINE]), os.environ[ENV_TOKEN], os.environ.get(ENV_GRAPH))
+    return True

@@ -1,0 +1,33 @@
+"""A DistGraph server process: ``python -m dsgraph.cluster.dgl_server`` (started by the launcher)."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+from dsgraph.cluster import dgl_compat
+
+dgl_compat.apply_from_env()  # before DGL starts: this module is a process entry point
+
+
+def main() -> None:
+    """Serve one partition until every client has disconnected."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--server-id", type=int, required=True)
+    parser.add_argument("--ip-config", required=True)
+    parser.add_argument("--part-config", required=True)
+    parser.add_argument("--num-servers", type=int, required=True)
+    parser.add_argument("--num-clients", type=int, required=True)
+    args = parser.parse_args()
+    logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
+    from dsgraph.cluster.worker import set_threads
+    set_threads()
+    from dgl.distributed import DistGraphServer
+
+    server = DistGraphServer(args.server_id, args.ip_config, args.num_servers, args.num_clients,
+                             args.part_config, disable_shared_mem=False,
+                             graph_format=("csc", "coo"))
+    server.start()
+
+
+if __name__ == "__main__":
+    main()

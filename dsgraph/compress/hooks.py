@@ -1,0 +1,248 @@
+"""Compress every tensor autograd saves for backward, for any model, via ``saved_tensors_hooks``.
+
+Inside ``with compressed(cfg) as c: loss = model(...)`` each tensor an op saves for backward goes
+through :meth:`Compressor.pack`; backward later calls :meth:`Compressor.unpack` on the result.
+What happens to a saved tensor:
+
+* parameters and views of them (leaf tensors that require grad), integer tensors and tensors with
+  fewer than ``min_numel`` values: kept as they are (compressing a parameter frees nothing);
+* the output of ReLU, saved by ReLU itself: a lossless 1-bit mask (its backward only needs
+  ``out > 0``; INT2 rounding would send small positive values to 0 and corrupt the gradient);
+* tensors holding only {0, c} that need no grad (CPU dropout masks) and bool masks: 1-bit, lossless;
+* per-node scalars that need no grad (shape (N, 1): degree normalisers that backward divides by,
+  where rounding would bias 1/x): kept exact;
+* every other float tensor: block-wise (or row-wise) INT2 with unbiased stochastic rounding.
+
+A tensor saved by several ops (a layer input feeding two linear maps, ReLU output feeding the next
+layer) is packed once per role: packs are cached by (storage, offset, shape, stride, version) and
+a weak reference guards against a freed storage's address being reused by a new tensor.
+``stats`` counts the bytes held for backward, de-duplicated by storage, next to what plain fp32
+autograd would hold for the same tensors. ``measure_only=True`` packs nothing (identity) but
+counts the same way: the fp32 baseline.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from dataclasses import asdict, dataclass
+from typing import Any, ContextManager, Iterable, Optional
+
+import torch
+
+from dsgraph.compress.codec import (STATS_DTYPES, PackedMask, QTensor, QuantSpec, dequantize,
+                                    pack_mask, quantize, unpack_mask)
+from dsgraph.compress.config import CompressionConfig
+from dsgraph.errors import ConfigError
+
+# Ops whose backward needs only the sign of the output they save.
+SIGN_ONLY_OUTPUTS = frozenset({"ReluBackward0", "ThresholdBackward0"})
+_SAMPLE = 4096  # values inspected before a full {0, c} test
+
+
+@dataclass
+class SavedStats:
+    """Byte and call counts of one compressed (or measured) forward pass."""
+
+    saved_bytes: int = 0  # held for backward after packing, de-duplicated by storage
+    fp32_bytes: int = 0  # what autograd would hold without packing (same tensors, same dedup)
+    quantized: int = 0  # tensors stored as INT-b codes
+    masks: int = 0  # tensors stored as lossless 1-bit masks
+    exact: int = 0  # tensors kept as they are (small, integer, per-node scalars)
+    parameters: int = 0  # saves of parameters (not counted in bytes)
+    pack_calls: int = 0
+    cache_hits: int = 0
+    pack_s: float = 0.0  # seconds spent in pack (CPU clock; asynchronous on CUDA)
+    unpack_s: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        """fp32 bytes / bytes held (1.0 when nothing was saved)."""
+        return self.fp32_bytes / self.saved_bytes if self.saved_bytes else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-data view (for metrics files and reports)."""
+        return {**asdict(self), "ratio": self.ratio}
+
+
+class _Handle:
+    """What autograd stores instead of a tensor: a packed form and how to rebuild it."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: QTensor | PackedMask) -> None:
+        self.packed = packed
+
+
+class _Entry:
+    """Packs of one saved tensor, one per role, plus a weak reference proving it is still alive."""
+
+    __slots__ = ("ref", "roles", "two_valued")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.ref = weakref.ref(t)
+        self.roles: dict[str, _Handle | torch.Tensor] = {}
+        self.two_valued: Optional[float] | bool = False  # False = not tested yet
+
+
+def spec_from_config(cfg: CompressionConfig) -> QuantSpec:
+    """The codec settings of a ``compression`` config section (ConfigError if inconsistent)."""
+    if cfg.levels == "optimal" and cfg.bits != 2:
+        raise ConfigError(f"compression.levels: 'optimal' needs compression.bits 2, got {cfg.bits}")
+    block = cfg.block_size if cfg.granularity == "block" else 0
+    return QuantSpec(cfg.bits, block, cfg.levels, STATS_DTYPES[cfg.stats_dtype], cfg.projection)
+
+
+def _is_parameter(t: torch.Tensor) -> bool:
+    base = t._base if t._base is not None else t
+    return base.is_leaf and base.requires_grad
+
+
+def _two_valued(t: torch.Tensor) -> Optional[float]:
+    """c if ``t`` holds only values in {0, c} with c != 0 (a dropout mask), else None."""
+    flat = t.reshape(-1)
+    head = flat[:_SAMPLE]
+    hmax = head.abs().amax()
+    if not bool(((head == 0) | (head.abs() == hmax)).all()):
+        return None  # cheap rejection of ordinary activations
+    c = flat.amax()
+    if not bool(c > 0) or not bool(((flat == 0) | (flat == c)).all()):
+        return None
+    return float(c)
+
+
+class Compressor:
+    """A ``saved_tensors_hooks`` context that compresses saved activations; see the module doc."""
+
+    def __init__(self, cfg: CompressionConfig, *, measure_only: bool = False,
+                 seed: Optional[int] = None, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self.spec = spec_from_config(cfg)
+        self.min_numel = cfg.min_numel
+        self.measure_only = measure_only
+        if seed is None:
+            # Fresh randomness for every step, reproducible under torch.manual_seed.
+            seed = cfg.seed * 1_000_003 + int(torch.randint(0, 2 ** 31, (1,)).item())
+        self.seed = seed
+        self._exclude = {p.untyped_storage().data_ptr() for p in exclude}
+        self._generators: dict[torch.device, torch.Generator] = {}
+        self._entries: dict[tuple, _Entry] = {}
+        self._storages: dict[int, weakref.ref] = {}
+        self._hooks: Optional[ContextManager] = None
+        self.stats = SavedStats()
+
+    def __enter__(self) -> "Compressor":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self._hooks is not None
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+        # Packs stay referenced by the autograd graph; the lookup tables are only for the forward.
+        self._entries.clear()
+        self._storages.clear()
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(self.seed)
+            self._generators[device] = gen
+        return gen
+
+    def _count_storage(self, t: torch.Tensor, held: bool) -> None:
+        """Add ``t``'s storage to fp32_bytes (and saved_bytes if ``held``) once per live storage."""
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        ref = self._storages.get(ptr)
+        if ref is not None and ref() is not None:
+            return
+        self._storages[ptr] = weakref.ref(t)
+        self.stats.fp32_bytes += storage.nbytes()
+        if held:
+            self.stats.saved_bytes += storage.nbytes()
+
+    def pack(self, t: torch.Tensor) -> Any:
+        """saved_tensors_hooks pack: return ``t`` itself or a compressed handle."""
+        t0 = time.perf_counter()
+        try:
+            return self._pack(t)
+        finally:
+            self.stats.pack_s += time.perf_counter() - t0
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        st = self.stats
+        st.pack_calls += 1
+        if _is_parameter(t) or t.untyped_storage().data_ptr() in self._exclude:
+            st.parameters += 1
+            return t
+        if self.measure_only or t.numel() < self.min_numel or not (
+                t.is_floating_point() or t.dtype == torch.bool):
+            st.exact += 1
+            self._count_storage(t, held=True)
+            return t
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+               t._version, t.dtype, t.device)
+        entry = self._entries.get(key)
+        first = entry is None or entry.ref() is None
+        if first:
+            entry = self._entries[key] = _Entry(t)
+            self._count_storage(t, held=False)
+        assert entry is not None
+        role, make = self._role(t, entry, first)
+        handle = entry.roles.get(role)
+        if handle is not None:
+            st.cache_hits += 1
+            return handle
+        handle = make()
+        entry.roles[role] = handle
+        if isinstance(handle, torch.Tensor):
+            st.exact += 1
+            st.saved_bytes += handle.untyped_storage().nbytes()
+        else:
+            st.saved_bytes += handle.packed.nbytes
+            if isinstance(handle.packed, PackedMask):
+                st.masks += 1
+            else:
+                st.quantized += 1
+        return handle
+
+    def _role(self, t: torch.Tensor, entry: _Entry, first: bool) -> tuple[str, Any]:
+        """Decide how ``t`` is stored: (role name, function building its pack)."""
+        if t.dtype == torch.bool:
+            return "mask", lambda: _Handle(pack_mask(t, 1.0, torch.bool))
+        grad_fn = type(t.grad_fn).__name__ if t.grad_fn is not None else ""
+        # The first save of a ReLU output is ReLU's own (it saves its result while running).
+        if first and grad_fn in SIGN_ONLY_OUTPUTS:
+            return "sign", lambda: _Handle(pack_mask(t > 0, 1.0, t.dtype))
+        if not t.requires_grad:
+            if entry.two_valued is False:
+                entry.two_valued = _two_valued(t)
+            if entry.two_valued is not None:
+                c = entry.two_valued
+                return "mask", lambda: _Handle(pack_mask(t != 0, c, t.dtype))
+            if t.dim() >= 2 and t.numel() == t.shape[0]:
+                return "exact", lambda: t
+        return "values", lambda: _Handle(quantize(t, self.spec, self._generator(t.device)))
+
+    def unpack(self, packed: Any) -> torch.Tensor:
+        """saved_tensors_hooks unpack: rebuild the tensor backward needs."""
+        if isinstance(packed, torch.Tensor):
+            return packed
+        t0 = time.perf_counter()
+        p = packed.packed
+        out = unpack_mask(p) if isinstance(p, PackedMask) else dequantize(p)
+        self.stats.unpack_s += time.perf_counter() - t0
+        return out
+
+
+def compressed(cfg: CompressionConfig, *, measure_only: bool = False, seed: Optional[int] = None,
+               exclude: Iterable[torch.Tensor] = ()) -> Compressor:
+    """A context manager compressing saved activations per ``cfg`` (``.stats`` has the bytes)."""
+    return Compressor(cfg, measure_only=measure_only, seed=seed, exclude=exclude)
+
+
+def compression_context(cfg: CompressionConfig) -> ContextManager:
+    """What trainers wrap their forward pass in: ``compressed(cfg)`` if enabled, else a no-op."""
+    return compressed(cfg) if cfg.enabled else contextlib.nullcontext()

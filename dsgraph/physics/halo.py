@@ -1,0 +1,131 @@
+"""Per-worker subgraphs (owned + halo nodes) and the autograd-correct halo exchange over gloo.
+
+Every worker holds the same global sampled graph (shared seed), so each can compute the whole
+communication plan locally: worker r sends to q, in increasing global id order, exactly those of
+its owned nodes that feed an edge into a node q owns; q receives them into its halo rows in the
+same order. No metadata is exchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class LocalPlan:
+    """One worker's view of a decomposed graph. Local rows: owned nodes first, then halo."""
+
+    rank: int
+    world: int
+    owned: np.ndarray  # global node ids owned here (sorted)
+    halo: np.ndarray  # global ids of in-neighbours owned elsewhere (sorted)
+    edges: np.ndarray  # ids of the global edges whose destination is owned here
+    src: np.ndarray  # local source row of each of those edges
+    dst: np.ndarray  # local destination row
+    send: dict[int, torch.Tensor] = field(default_factory=dict)  # peer -> local rows to send
+    recv: dict[int, torch.Tensor] = field(default_factory=dict)  # peer -> local rows to fill
+    global_owned: int = 0  # owned nodes summed over all workers (loss normaliser)
+
+    @property
+    def nodes(self) -> np.ndarray:
+        """Global ids of the local rows (owned, then halo)."""
+        return np.concatenate([self.owned, self.halo])
+
+    @property
+    def num_owned(self) -> int:
+        """Number of owned rows (the first rows of every local tensor)."""
+        return len(self.owned)
+
+    def halo_bytes(self, width: int, itemsize: int = 4) -> int:
+        """Bytes this worker receives per exchange of ``width``-wide rows."""
+        return sum(len(r) for r in self.recv.values()) * width * itemsize
+
+
+def make_plan(owner: np.ndarray, src: np.ndarray, dst: np.ndarray, rank: int, world: int) -> LocalPlan:
+    """The plan of worker ``rank`` for a graph with per-node ``owner`` ids and edges src -> dst."""
+    n = len(owner)
+    owned = np.flatnonzero(owner == rank)
+    mine = owner[dst] == rank
+    edges = np.flatnonzero(mine)
+    foreign = src[edges][owner[src[edges]] != rank]
+    halo = np.unique(foreign)
+    local = -np.ones(n, dtype=np.int64)
+    local[owned] = np.arange(len(owned))
+    local[halo] = len(owned) + np.arange(len(halo))
+    plan = LocalPlan(rank=rank, world=world, owned=owned, halo=halo, edges=edges,
+                     src=local[src[edges]], dst=local[dst[edges]], global_owned=n)
+    cross = owner[src] != owner[dst]
+    for q in range(world):
+        if q == rank:
+            continue
+        # Rows q needs from me: my nodes that are sources of edges into q's nodes.
+        out = np.unique(src[cross & (owner[dst] == q) & (owner[src] == rank)])
+        inc = halo[owner[halo] == q]
+        if len(out):
+            plan.send[q] = torch.from_numpy(local[out])
+        if len(inc):
+            plan.recv[q] = torch.from_numpy(local[inc])
+    return plan
+
+
+def _swap(payload: dict[int, torch.Tensor], sizes: dict[int, int], width: int,
+          dtype: torch.dtype) -> dict[int, torch.Tensor]:
+    """Send payload[q] to each q and receive sizes[q] rows from each q (non-blocking p2p)."""
+    bufs = {q: torch.empty(m, width, dtype=dtype) for q, m in sizes.items()}
+    reqs = [dist.irecv(buf, src=q) for q, buf in bufs.items()]
+    reqs += [dist.isend(t, dst=q) for q, t in payload.items()]
+    for r in reqs:
+        r.wait()
+    return bufs
+
+
+class HaloExchange(torch.autograd.Function):
+    """Forward: halo rows <- the owners' current rows. Backward: halo gradients go back to the
+    owners and are added into the rows they came from; halo rows get no local gradient."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, plan: LocalPlan) -> torch.Tensor:  # type: ignore[override]
+        """Replace the halo rows of ``h`` with the values their owners hold."""
+        ctx.plan = plan
+        out = h.clone()
+        payload = {q: h[rows].contiguous() for q, rows in plan.send.items()}
+        got = _swap(payload, {q: len(r) for q, r in plan.recv.items()}, h.shape[1], h.dtype)
+        for q, buf in got.items():
+            out[plan.recv[q]] = buf
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        """Return halo-row gradients to their owners; add the ones received into owned rows."""
+        plan: LocalPlan = ctx.plan
+        grad = grad.contiguous()
+        payload = {q: grad[rows].contiguous() for q, rows in plan.recv.items()}
+        got = _swap(payload, {q: len(r) for q, r in plan.send.items()}, grad.shape[1], grad.dtype)
+        out = grad.clone()
+        out[plan.num_owned:] = 0  # halo values were overwritten in forward: no local gradient
+        for q, buf in got.items():
+            out.index_add_(0, plan.send[q], buf)
+        return out, None
+
+
+def exchange(plan: LocalPlan, fn: type[torch.autograd.Function] = HaloExchange):
+    """A callable h -> fn.apply(h, plan) for the model's ``exchange`` hook (None when P = 1)."""
+    if plan.world == 1:
+        return None
+    return lambda h: fn.apply(h, plan)
+
+
+def allreduce_grads(params) -> None:
+    """Sum parameter gradients over all workers (gloo all_reduce on one flat buffer)."""
+    params = [p for p in params if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for p in params:
+        k = p.numel()
+        p.grad = flat[offset:offset + k].view_as(p).clone()
+        offset += k

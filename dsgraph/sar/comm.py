@@ -1,0 +1,130 @@
+"""Point-to-point transfers for SAR: a ring of async isend/irecv pairs, no global barriers.
+
+Every worker calls the same aggregations in the same order, so message tags come from a counter
+that advances identically on all ranks; gloo matches a send to a receive by (peer, tag).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import torch
+import torch.distributed as dist
+
+_TAG_STRIDE = 1 << 10  # room for one tag per ring round (world size < 1024)
+
+
+class Comm:
+    """This worker's view of the process group: rank, size, tags and a bytes-sent counter."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.bytes_sent = 0
+        self._seq = 0
+
+    def next_tag(self) -> int:
+        """A fresh tag base for one ring of transfers (identical sequence on every rank)."""
+        self._seq = (self._seq + 1) % (1 << 20)
+        return self._seq * _TAG_STRIDE
+
+    def isend(self, t: torch.Tensor, peer: int, tag: int):
+        """Post a send of ``t`` (kept alive by the caller until the returned work is waited)."""
+        self.bytes_sent += t.numel() * t.element_size()
+        return dist.isend(t, peer, tag=tag)
+
+    def irecv(self, t: torch.Tensor, peer: int, tag: int):
+        """Post a receive into ``t``."""
+        return dist.irecv(t, peer, tag=tag)
+
+
+class _Round:
+    """One ring round in flight: the receive buffer and the send buffer it must keep alive."""
+
+    __slots__ = ("part", "recv", "send", "works")
+
+    def __init__(self, part: int, recv: Optional[torch.Tensor], send: Optional[torch.Tensor],
+                 works: list) -> None:
+        self.part, self.recv, self.send, self.works = part, recv, send, works
+
+    def wait(self) -> Optional[torch.Tensor]:
+        for w in self.works:
+            w.wait()
+        self.send = None
+        return self.recv
+
+
+def ring_fetch(comm: Comm, need: list[int], send_rows: list[torch.Tensor], x: torch.Tensor,
+               prefetch: bool = True) -> Iterator[tuple[int, Optional[torch.Tensor]]]:
+    """Yield ``(part, rows)`` for every part: first ``(rank, x)`` itself, then for round r the
+    ``need[part]`` rows this worker needs from part ``rank - r`` (None when it needs none),
+    while sending part ``rank + r`` the rows ``send_rows[rank + r]`` of ``x`` it needs.
+
+    At most two rounds are in flight (one with ``prefetch=False``), so at most two remote
+    blocks are alive; the consumer must drop each block before asking for the next.
+    """
+    k, n = comm.rank, comm.world
+    tag = comm.next_tag()
+    x = x.detach()
+
+    def post(r: int) -> _Round:
+        src, dst = (k - r) % n, (k + r) % n
+        works, recv, send = [], None, None
+        if need[src] > 0:
+            recv = x.new_empty((need[src],) + tuple(x.shape[1:]))
+            works.append(comm.irecv(recv, src, tag + r))
+        if send_rows[dst].numel() > 0:
+            send = x.index_select(0, send_rows[dst])
+            works.append(comm.isend(send, dst, tag + r))
+        return _Round(src, recv, send, works)
+
+    pending = post(1) if (n > 1 and prefetch) else None
+    yield k, x
+    for r in range(1, n):
+        cur = pending if pending is not None else post(r)
+        pending = post(r + 1) if (prefetch and r + 1 < n) else None
+        rows = cur.wait()
+        del cur
+        yield (k - r) % n, rows
+        del rows
+
+
+class GradPush:
+    """Return gradients of fetched rows to their owners; owners add them into ``grad_x``.
+
+    Round r sends the gradient of part ``rank - r``'s rows to it and receives, from part
+    ``rank + r``, the gradient of the rows this worker sent it in the forward ring.
+    """
+
+    def __init__(self, comm: Comm, need: list[int], send_rows: list[torch.Tensor],
+                 grad_x: Optional[torch.Tensor], row_shape: tuple[int, ...],
+                 dtype: torch.dtype) -> None:
+        self.comm, self.need, self.send_rows, self.grad_x = comm, need, send_rows, grad_x
+        self.row_shape, self.dtype = row_shape, dtype
+        self.tag = comm.next_tag()
+        self._inflight: list[tuple[Optional[torch.Tensor], Optional[torch.Tensor], list, int]] = []
+
+    def push(self, r: int, grad_rows: Optional[torch.Tensor]) -> None:
+        """Round ``r`` (1..world-1): send ``grad_rows`` (part rank-r's rows) and post the receive."""
+        k, n = self.comm.rank, self.comm.world
+        src, dst = (k + r) % n, (k - r) % n
+        works, recv, send = [], None, None
+        if self.send_rows[src].numel() > 0:
+            recv = torch.empty((self.send_rows[src].numel(),) + self.row_shape, dtype=self.dtype)
+            works.append(self.comm.irecv(recv, src, self.tag + r))
+        if self.need[dst] > 0:
+            send = grad_rows.contiguous()
+            works.append(self.comm.isend(send, dst, self.tag + r))
+        self._inflight.append((recv, send, works, src))
+        if len(self._inflight) > 2:  # bound live gradient buffers
+            self._complete(self._inflight.pop(0))
+
+    def _complete(self, item) -> None:
+        recv, _send, works, src = item
+        for w in works:
+            w.wait()
+        if recv is not None and self.grad_x is not None:
+            self.grad_x.index_add_(0, self.send_rows[src], recv)
+
+    def finish(self) -> None:
+        """Wait for every transfer and add the received gradients."""
+        while self._inflight:
+            self._complete(self._inflight.pop(0))

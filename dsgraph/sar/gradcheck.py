@@ -1,0 +1,179 @@
+"""Gradient checks of SAR against single-process DGL: the step both sides run and the comparison.
+
+Used by the tests and the ``sar`` benchmark. A *case* is (model name, model args, mode, dtype);
+both sides build the model after ``torch.manual_seed(seed)`` so initial weights are identical.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dsgraph.models.registry import build_model
+
+
+def full_graph_loss(model, graph, x: torch.Tensor, label: torch.Tensor, train: torch.Tensor,
+                    num_train_global: float) -> torch.Tensor:
+    """Cross-entropy summed over the labelled nodes here, divided by the global label count."""
+    logits = model(graph, x)
+    return F.cross_entropy(logits[train], label[train], reduction="sum") / num_train_global
+
+
+def make_model(case: dict, in_feats: int, num_classes: int, seed: int):
+    """The case's model with deterministic initial weights, in the case's dtype."""
+    torch.manual_seed(seed)
+    dtype = getattr(torch, case["dtype"])
+    return build_model(case["model"], in_feats, num_classes, dict(case.get("args", {}))).to(dtype)
+
+
+def run_steps(model, graph, x, label, train, num_train, adam_steps: int, lr: float,
+              sync=None) -> dict[str, Any]:
+    """One gradient evaluation, then ``adam_steps`` Adam steps; returns loss/grads/weights.
+
+    ``sync(model)`` sums gradients over workers (None in a single process); the returned
+    ``loss`` is this worker's share (sum over workers for the total).
+    """
+    x = x.detach().requires_grad_(True)
+    loss = full_graph_loss(model, graph, x, label, train, num_train)
+    loss.backward()
+    if sync is not None:
+        sync(model)
+    out = {"loss": loss.item(), "x_grad": x.grad.detach().clone(),
+           "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()}}
+    if adam_steps:
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        for _ in range(adam_steps):
+            opt.zero_grad()
+            loss = full_graph_loss(model, graph, x.detach(), label, train, num_train)
+            loss.backward()
+            if sync is not None:
+                sync(model)
+            opt.step()
+        out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return out
+
+
+def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|a - ref| / max|ref| (0 when both are zero)."""
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    diff = (a - ref).abs().max().item() if ref.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def max_rel_err(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    """Max over tensors of :func:`rel_err`; keys must match."""
+    assert set(got) == set(ref), (sorted(got), sorted(ref))
+    return max((rel_err(got[k], ref[k]) for k in ref), default=0.0)
+
+
+# --- multi-process driver (tests and benchmark) ------------------------------------------------
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[dict],
+                out_dir: str, seed: int = 0, adam_steps: int = 5, lr: float = 0.01) -> None:
+    """Worker body: run every case on this rank's partition; save to ``out_dir/rank<r>.pt``.
+
+    Saved per case: the worker's loss share, summed gradients (identical on all ranks), the
+    input-feature gradient of its own nodes keyed by original node id, weights after Adam.
+    """
+    import datetime
+    import os
+
+    import torch.distributed as dist
+
+    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model, global_sum
+    from dsgraph.sar.worker import setup_worker
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    try:
+        w = setup_worker(part_json, rank, world)
+        nd = w.part.ndata
+        train = nd["train_mask"]
+        num_train = global_sum(int(train.sum()))
+        results = []
+        for case in cases:
+            w.set_mode(case["mode"])
+            sent0 = w.comm.bytes_sent
+            model = make_model(case, nd["feat"].shape[1], case["num_classes"], seed)
+            check_model(model)
+            broadcast_parameters(model)
+            x = nd["feat"].to(getattr(torch, case["dtype"]))
+            sync = allreduce_gradients if world > 1 else None
+            res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync)
+            res["orig_id"] = nd["orig_id"].clone()
+            res["bytes_sent"] = w.comm.bytes_sent - sent0
+            results.append(res)
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, world: int, args: tuple, timeout_s: float = 120.0) -> None:
+    """Run ``fn(rank, world, port, *args)`` in ``world`` spawned processes; fail on any error."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=fn, args=(r, world, port) + tuple(args), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    import time
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.exitcode not in (0, None):
+                break
+    finally:
+        bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+    if bad:
+        raise RuntimeError(f"SAR workers failed or timed out (rank, exit code): {bad}")
+
+
+def run_cases(part_json: str, world: int, cases: list[dict], out_dir: str, seed: int = 0,
+              adam_steps: int = 5, timeout_s: float = 120.0) -> list[dict]:
+    """Run ``cases`` on ``world`` SAR workers; per case: total loss, grads, weights, x_grad by
+    original id (rows of nodes no worker owns stay zero), bytes sent summed over workers."""
+    import os
+    spawn(case_worker, world, (part_json, cases, out_dir, seed, adam_steps), timeout_s)
+    per_rank = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    merged = []
+    for i, _case in enumerate(cases):
+        parts = [pr[i] for pr in per_rank]
+        n = max(int(p["orig_id"].max()) + 1 if p["orig_id"].numel() else 0 for p in parts)
+        xg = torch.zeros((n,) + tuple(parts[0]["x_grad"].shape[1:]), dtype=parts[0]["x_grad"].dtype)
+        for p in parts:
+            xg[p["orig_id"]] = p["x_grad"]
+        merged.append({"loss": sum(p["loss"] for p in parts), "grads": parts[0]["grads"],
+                       "weights": parts[0].get("weights"), "x_grad": xg,
+                       "bytes_sent": sum(p["bytes_sent"] for p in parts),
+                       "rank_grads": [p["grads"] for p in parts],
+                       "rank_weights": [p.get("weights") for p in parts]})
+    return merged
+
+
+def reference_case(g, case: dict, seed: int = 0, adam_steps: int = 5, lr: float = 0.01) -> dict:
+    """The same case on the whole graph ``g`` in one process with plain DGL."""
+    model = make_model(case, g.ndata["feat"].shape[1], case["num_classes"], seed)
+    x = g.ndata["feat"].to(getattr(torch, case["dtype"]))
+    train = g.ndata["train_mask"].bool()
+    return run_steps(model, g, x, g.ndata["label"], train, float(train.sum()), adam_steps, lr)

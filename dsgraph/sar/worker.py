@@ -1,0 +1,47 @@
+"""Set up one SAR worker: load its partition, build shards and exchange plan, wrap the graph."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dsgraph.sar.comm import Comm
+from dsgraph.sar.graph import SarGraph
+from dsgraph.sar.ops import Runtime
+from dsgraph.sar.partition import LocalPartition, load_local_partition
+from dsgraph.sar.plan import ShardPlan
+
+
+@dataclass
+class SarWorker:
+    """Everything a full-batch worker trains with."""
+
+    part: LocalPartition
+    plan: ShardPlan
+    comm: Comm
+    rt: Runtime
+    graph: SarGraph
+
+    def set_mode(self, mode: str) -> None:
+        """Switch between ``sar``, ``sa`` and ``one_shot`` (same shards and plan)."""
+        if mode not in ("sar", "sa", "one_shot"):
+            raise ValueError(f"unknown SAR mode {mode!r}")
+        self.rt.mode = mode
+
+    def local_mask(self, name: str) -> torch.Tensor:
+        """A boolean node mask of the local nodes (all False when the partition lacks it)."""
+        m = self.part.ndata.get(name)
+        return m if m is not None else torch.zeros(self.part.num_local, dtype=torch.bool)
+
+
+def setup_worker(part_json: str | Path, rank: int, world: int, mode: str = "sar",
+                 prefetch: bool = True) -> SarWorker:
+    """Load part ``rank`` and build its plan (collective: every worker must call it)."""
+    part = load_local_partition(part_json, rank, world)
+    plan = ShardPlan(part)
+    comm = Comm(rank, world)
+    rt = Runtime(plan, comm, mode, prefetch)
+    w = SarWorker(part, plan, comm, rt, SarGraph(rt))
+    w.set_mode(mode)
+    return w
