@@ -156,8 +156,6 @@ def trainer_main(run_dir: Path) -> None:
         start_epoch = ckpt["epoch"] + 1
     log = MetricsLog(run_dir, resume_epoch=start_epoch - 1) if rank == 0 else None
     sampler = dgl.dataloading.NeighborSampler(cfg.train.fanouts)
-    loader = dgl.dataloading.DistNodeDataLoader(g, split["train"], sampler,
-                                                batch_size=cfg.train.batch_size, shuffle=True)
     feat, label = g.ndata["feat"], g.ndata["label"]
     row_bytes = feat_dim * feat.dtype.itemsize if hasattr(feat, "dtype") else feat_dim * 4
     n_batches = (split["train"].numel() + cfg.train.batch_size - 1) // cfg.train.batch_size
@@ -165,6 +163,11 @@ def trainer_main(run_dir: Path) -> None:
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         # Per-epoch seeds make a resumed run draw exactly what an uninterrupted one would.
         seed_everything(cfg.train.seed * 1_000_003 + epoch * 1009 + rank)
+        # A fresh loader over a per-epoch permutation: DGL's own shuffle permutes the previous
+        # epoch's order, which a resumed run could not reproduce.
+        order = split["train"][torch.randperm(split["train"].numel())]
+        loader = dgl.dataloading.DistNodeDataLoader(g, order, sampler,
+                                                    batch_size=cfg.train.batch_size)
         stats = torch.zeros(5, dtype=torch.float64)  # loss sum, correct, seeds, batches, remote B
         t0 = time.perf_counter()
         bar = tqdm(total=n_batches, desc=f"epoch {epoch}", disable=rank != 0, mininterval=2,

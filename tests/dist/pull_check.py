@@ -1,0 +1,46 @@
+"""A trainer process for tests: pull every node's feature row through DistGraph and compare.
+
+Run by ``run_dgl_job`` as ``python -m tests.dist.pull_check --run-dir RUN``; writes
+``RUN/pull<rank>.json`` with the number of rows whose pulled features differ from the original.
+"""
+from dsgraph.cluster import dgl_compat
+
+dgl_compat.apply_from_env()  # process entry point: patch before DGL starts
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def main(run_dir: Path) -> None:
+    """Pull all rows (local and remote) and count mismatches against the original features."""
+    import dgl
+    import torch.distributed as dist
+
+    from dsgraph.cluster.worker import init_gloo
+
+    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
+    rank, _ = init_gloo(120)
+    g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+    pb = g.get_partition_book()
+    original = torch.load(run_dir / "original_feat.pt")
+    ids = torch.arange(g.num_nodes())
+    feat = g.ndata["feat"][ids]
+    orig = g.ndata["orig_id"][ids]
+    bad = (feat != original[orig]).any(1)
+    remote = pb.nid2partid(ids) != pb.partid
+    (run_dir / f"pull{rank}.json").write_text(json.dumps({
+        "rows": int(ids.numel()), "mismatched": int(bad.sum()),
+        "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
+        "partid": int(pb.partid)}))
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    from dsgraph.cluster.worker import run_process_main
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-dir", type=Path, required=True)
+    run_process_main(main, parser.parse_args().run_dir)
