@@ -37,13 +37,19 @@ def part_config_path(cfg: Config) -> Path:
     return path
 
 
-def launch(cfg: Config, run_dir: Path, resume: bool) -> None:
-    """Start servers and trainers for the partitioned graph; print the summary when done."""
+def launch(cfg: Config, run_dir: Path, resume: bool, stock: bool = False) -> None:
+    """Start servers and trainers for the partitioned graph; print the summary when done.
+
+    ``stock`` runs DGL's unpatched single-host path (benchmarks compare against it).
+    """
     from dsgraph.cluster.dgl_job import run_dgl_job
 
+    from dsgraph.models.registry import build_model
+
     part_config = part_config_path(cfg)
+    build_model(cfg.model.name, 4, 2, cfg.model.args)  # bad model args fail here, before any process
     t0 = time.perf_counter()
-    peaks = run_dgl_job(run_dir, part_config, cfg.cluster, "train.sampled")
+    peaks = run_dgl_job(run_dir, part_config, cfg.cluster, "train.sampled", stock=stock)
     summary_path = run_dir / "metrics.json"
     summary = json.loads(summary_path.read_text())
     summary.update(wall_s=time.perf_counter() - t0, peak_rss_mb=max(peaks.values(), default=0.0),
