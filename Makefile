@@ -20,18 +20,19 @@ $(STAMP): setup.cfg pyproject.toml
 partition: install
 	$(BIN)/python -m partition --config $(CONFIG) $(ARGS)
 
+# A repeated `make train` replaces the previous run folder; use `python -m train --resume` to continue one.
 train: install
-	$(BIN)/python -m train --config $(CONFIG) $(ARGS)
+	$(BIN)/python -m train --config $(CONFIG) --force $(ARGS)
 
 demo: install
 	$(BIN)/python -m partition --config $(CONFIG) --if-missing
-	$(BIN)/python -m train --config $(CONFIG)
+	$(BIN)/python -m train --config $(CONFIG) --force
 
 bench: install
 	$(BIN)/python -m benchmarks all $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
 
 clean:
 	rm -rf $(VENV) data runs partitions .pytest_cache *.egg-info
