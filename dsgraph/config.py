@@ -93,6 +93,7 @@ class ClusterConfig:
     samplers_per_trainer: int = bound(0, ge=0)
     ip_config: Optional[str] = None  # file with one "IP [port]" line per machine; None = loopback
     ssh_port: int = bound(22, ge=1, le=65535)
+    netns: list = field(default_factory=list)  # run machine m in network namespace netns[m], not ssh
     workdir: Optional[str] = None  # remote working directory for ssh launches (default: cwd)
     python: Optional[str] = None  # remote python (default: this interpreter's path)
     timeout_s: float = bound(1800.0, gt=0)  # whole-job limit; the supervisor kills on expiry

@@ -21,7 +21,7 @@ NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
 
 def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
                      halo_hops: int = 1, method: str = "custom", force: bool = False,
-                     stats: dict | None = None) -> Path:
+                     stats: dict | None = None, num_parts: int | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
 
     ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
@@ -37,11 +37,22 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
     from dsgraph.errors import UserError
     from dsgraph.fsutil import atomic_dir
 
-    num_parts = int(assignment.max()) + 1 if assignment.size else 1
+    if Path(out_dir).exists() and not force:  # fail before the expensive work, not after it
+        raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
+    if num_parts is None:
+        num_parts = int(assignment.max()) + 1 if assignment.size else 1
+    # minlength=num_parts: trailing empty parts must be reported, not silently dropped.
     counts = np.bincount(assignment, minlength=num_parts)
     if (counts == 0).any():
         raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
                         f"({g.num_nodes()} nodes into {num_parts} parts); use fewer parts")
+    src_np, dst_np = (t.numpy() for t in g.edges())
+    a_src, a_dst = assignment[src_np], assignment[dst_np]
+    touched = (np.bincount(a_dst, minlength=num_parts)
+               + np.bincount(a_src[a_src != a_dst], minlength=num_parts))
+    if (touched == 0).any():  # DGL's partition_graph_with_halo crashes on a part with no edges
+        raise UserError(f"partition: part {int(np.argmin(touched))} would have no edges "
+                        f"({g.num_edges()} edges into {num_parts} parts); use fewer parts")
     structure = dgl.graph(g.edges(), num_nodes=g.num_nodes())
     parts, orig_nids, orig_eids = dgl.partition_graph_with_halo(
         structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
@@ -137,4 +148,4 @@ def partition_graph(g, num_parts: int, out_dir: str | os.PathLike, graph_name: s
         weights = balance_weights(adj, train, balance_train, balance_edges)
         assign = metis_assignment(adj, num_parts, weights, seed)
     return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
-                            stats={"wall_s": time.perf_counter() - t0})
+                            stats={"wall_s": time.perf_counter() - t0}, num_parts=num_parts)

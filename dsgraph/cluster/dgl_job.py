@@ -24,12 +24,15 @@ _FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPAT
 
 def _remote_argv(machine: Machine, cluster: ClusterConfig, argv: Sequence[str],
                  env: dict[str, str]) -> list[str]:
-    """Wrap ``argv`` in ssh as DGL's launch.py does: cd, explicit environment, same python."""
+    """Wrap ``argv`` for another host as DGL's launch.py does: cd, explicit environment, same
+    python; over ssh, or with ``ip netns exec`` when the hosts are network namespaces."""
     keys = [k for k in env if k.startswith(("DGL_", "DSGRAPH_")) or k in _FORWARD]
     workdir = cluster.workdir or os.getcwd()
-    remote = (f"cd {shlex.quote(workdir)} && env "
+    remote = (f"cd {shlex.quote(workdir)} && exec env "
               + " ".join(f"{k}={shlex.quote(env[k])}" for k in keys) + " "
               + " ".join(shlex.quote(a) for a in argv))
+    if cluster.netns:
+        return ["ip", "netns", "exec", str(cluster.netns[machine.index]), "sh", "-c", remote]
     return ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-tt",
             "-p", str(cluster.ssh_port), machine.ip, remote]
 
@@ -71,6 +74,9 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
                 env = {**base_env(cluster), **env_m, **extra}
                 argv = [python, *argv]
                 if not m.is_local:
+                    # gloo must bind the interface that holds this host's address, not loopback
+                    env.pop("GLOO_SOCKET_IFNAME", None)
+                    env["DSGRAPH_HOST_IP"] = m.ip
                     argv = _remote_argv(m, cluster, argv, env)
                 sup.spawn(name, argv, env, required=required, echo=echo)
 

@@ -68,6 +68,9 @@ def read_ip_config(path: str, num_parts: int, servers: int) -> list[Machine]:
 
 def plan_machines(cluster: ClusterConfig, num_parts: int) -> list[Machine]:
     """The machines of a job: from ``cluster.ip_config`` or one loopback machine per partition."""
+    if cluster.netns and len(cluster.netns) != num_parts:
+        raise ConfigError(f"cluster.netns: expected one namespace per partition ({num_parts}), "
+                          f"got {cluster.netns!r}")
     if cluster.ip_config:
         return read_ip_config(cluster.ip_config, num_parts, cluster.servers_per_machine)
     s = cluster.servers_per_machine

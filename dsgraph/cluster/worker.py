@@ -18,9 +18,21 @@ def set_threads() -> int:
     return n
 
 
+def interface_of(ip: str) -> str:
+    """The network interface holding address ``ip`` on this host."""
+    import psutil
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == ip for a in addrs):
+            return name
+    raise RuntimeError(f"no network interface holds {ip} on this host")
+
+
 def init_gloo(timeout_s: float = 600.0) -> tuple[int, int]:
     """Set threads and join the gloo process group from env (RANK, WORLD_SIZE, MASTER_*)."""
     set_threads()
+    host_ip = os.environ.get("DSGRAPH_HOST_IP")
+    if host_ip and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface_of(host_ip)
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()

@@ -152,6 +152,16 @@ class ShardPlan:
                 idtype=self.idtype)
         return self._local
 
+    def materialize(self, mode: str) -> None:
+        """Build (with sparse formats) every graph ``mode`` uses now rather than on first use."""
+        graphs = [self.local_block()]
+        if mode != "one_shot" and self.any_remote:
+            for j in range(self.world):
+                graphs += [self.shard(j), self.reverse_shard(j)]
+                self.has_in_edge(j)
+        for g in graphs:
+            g.create_formats_()
+
     def edge_slice(self, t: Optional[torch.Tensor], j: int) -> Optional[torch.Tensor]:
         """The rows of a local edge tensor that belong to shard j (a view)."""
         if t is None:
