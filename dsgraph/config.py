@@ -79,6 +79,7 @@ class TrainConfig:
     weight_decay: float = bound(0.0, ge=0)
     seed: int = 0
     eval: Literal["layerwise", "sampled"] = "layerwise"
+    cache_halo: bool = True  # sampled mode: keep the partition's halo feature rows in the trainer
     eval_batch_size: int = bound(4096, ge=1)
     out_dir: str = "runs/default"
     dtype: Literal["float32", "float64"] = "float32"

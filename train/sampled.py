@@ -133,6 +133,7 @@ def trainer_main(run_dir: Path) -> None:
     from tqdm import tqdm
 
     from dsgraph.cluster.worker import init_gloo, set_threads
+    from dsgraph.dist_features import HaloCachedFeatures
     from dsgraph.models.registry import build_model
     from dsgraph.runs import (MetricsLog, load_checkpoint, load_run_config, peak_rss_mb,
                               save_checkpoint, seed_everything)
@@ -162,8 +163,8 @@ def trainer_main(run_dir: Path) -> None:
         start_epoch = ckpt["epoch"] + 1
     log = MetricsLog(run_dir, resume_epoch=start_epoch - 1) if rank == 0 else None
     sampler = dgl.dataloading.NeighborSampler(cfg.train.fanouts)
-    feat, label = g.ndata["feat"], g.ndata["label"]
-    row_bytes = feat_dim * feat.dtype.itemsize if hasattr(feat, "dtype") else feat_dim * 4
+    feat = HaloCachedFeatures(g, "feat", cache_halo=cfg.train.cache_halo)
+    label = g.ndata["label"]
     n_batches = (split["train"].numel() + cfg.train.batch_size - 1) // cfg.train.batch_size
     last = {}
     for epoch in range(start_epoch, cfg.train.epochs + 1):
@@ -175,6 +176,7 @@ def trainer_main(run_dir: Path) -> None:
         loader = dgl.dataloading.DistNodeDataLoader(g, order, sampler,
                                                     batch_size=cfg.train.batch_size)
         stats = torch.zeros(5, dtype=torch.float64)  # loss sum, correct, seeds, batches, remote B
+        feat.remote_rows = 0
         t0 = time.perf_counter()
         bar = tqdm(total=n_batches, desc=f"epoch {epoch}", disable=rank != 0, mininterval=2,
                    dynamic_ncols=False, ncols=100)
@@ -187,15 +189,15 @@ def trainer_main(run_dir: Path) -> None:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                remote = int((pb.nid2partid(input_nodes) != pb.partid).sum())
                 stats += torch.tensor([loss.item() * seeds.numel(),
-                                       (out.argmax(1) == y).sum().item(), seeds.numel(), 1,
-                                       remote * row_bytes], dtype=torch.float64)
+                                       (out.argmax(1) == y).sum().item(), seeds.numel(), 1, 0],
+                                      dtype=torch.float64)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}",
                                 seeds_s=f"{stats[2] / (time.perf_counter() - t0):.0f}")
         bar.close()
         train_s = torch.tensor([time.perf_counter() - t0])
+        stats[4] = feat.remote_rows * feat.row_bytes
         dist.all_reduce(stats)
         dist.all_reduce(train_s, op=dist.ReduceOp.MAX)
         t1 = time.perf_counter()

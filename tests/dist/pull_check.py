@@ -31,11 +31,15 @@ def main(run_dir: Path) -> None:
     feat = g.ndata["feat"][ids]
     orig = g.ndata["orig_id"][ids]
     bad = (feat != original[orig]).any(1)
+    from dsgraph.dist_features import HaloCachedFeatures
+    perm = ids[torch.randperm(ids.numel())]  # any order, local/halo/remote rows mixed
+    cached = HaloCachedFeatures(g, "feat")[perm]
     remote = pb.nid2partid(ids) != pb.partid
     (run_dir / f"pull{rank}.json").write_text(json.dumps({
         "rows": int(ids.numel()), "mismatched": int(bad.sum()),
         "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
-        "partid": int(pb.partid)}))
+        "partid": int(pb.partid),
+        "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum())}))
     dist.barrier()
 
 

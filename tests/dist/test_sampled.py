@@ -48,7 +48,7 @@ def test_remote_features_correct_with_several_partitions_on_one_host(tmp_path, n
     assert sorted(r["partid"] for r in results) == list(range(num_parts))
     for r in results:
         assert r["rows"] == 3000 and r["remote_rows"] > 0
-        assert r["mismatched"] == 0, r
+        assert r["mismatched"] == 0 and r["cached_mismatched"] == 0, r
     assert _shm() - before == set(), "job left shared-memory segments behind"
 
 

@@ -1,0 +1,56 @@
+"""Feature reads for sampled training with the partition's halo rows cached in the trainer.
+
+A trainer's mini-batch inputs are mostly its own partition's nodes (served from shared memory)
+and the partition's halo, the neighbours owned elsewhere. Features are read-only during training,
+so the halo rows are pulled once, in bulk, and every later read of them is a local lookup; only
+rows beyond the halo still travel over RPC.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class HaloCachedFeatures:
+    """Read rows of a DistGraph node-feature tensor, serving halo rows from a local copy."""
+
+    def __init__(self, g, name: str = "feat", cache_halo: bool = True) -> None:
+        import dgl
+
+        self.tensor = g.ndata[name]
+        self.pb = g.get_partition_book()
+        self.partid = self.pb.partid
+        self.remote_rows = 0  # rows that went over RPC (cache misses), for metrics
+        local = g.local_partition
+        if cache_halo and local is not None:
+            halo = local.ndata[dgl.NID][local.ndata["inner_node"] == 0]
+            self.cache_ids, _ = torch.sort(halo)
+            self.cache = self.tensor[self.cache_ids]
+        else:
+            self.cache_ids = torch.empty(0, dtype=torch.int64)
+            self.cache = None
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one feature row."""
+        return int(self.tensor.shape[1]) * torch.empty((), dtype=self.tensor.dtype).element_size()
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (global node ids), exactly what ``g.ndata[name][ids]`` returns."""
+        remote = self.pb.nid2partid(ids) != self.partid
+        if self.cache is None or not bool(remote.any()):
+            self.remote_rows += int(remote.sum())
+            return self.tensor[ids]
+        out = torch.empty((ids.numel(), self.tensor.shape[1]), dtype=self.tensor.dtype)
+        local = ~remote
+        if bool(local.any()):
+            out[local] = self.tensor[ids[local]]
+        rids = ids[remote]
+        pos = torch.searchsorted(self.cache_ids, rids).clamp_(max=max(self.cache_ids.numel() - 1, 0))
+        hit = self.cache_ids[pos] == rids if self.cache_ids.numel() else torch.zeros_like(rids, dtype=torch.bool)
+        rpos = remote.nonzero().squeeze(1)
+        out[rpos[hit]] = self.cache[pos[hit]]
+        miss = ~hit
+        if bool(miss.any()):
+            out[rpos[miss]] = self.tensor[rids[miss]]
+            self.remote_rows += int(miss.sum())
+        return out
