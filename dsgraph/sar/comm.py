@@ -103,7 +103,7 @@ class GradPush:
         self._inflight: list[tuple[Optional[torch.Tensor], Optional[torch.Tensor], list, int]] = []
 
     def push(self, r: int, grad_rows: Optional[torch.Tensor]) -> None:
-        """Round ``r`` (1..world-1): send ``grad_rows`` (part rank-r's rows) and post the receive."""
+        """Round ``r`` (1..world-1): send ``grad_rows`` (rows of part rank-r), post the receive."""
         k, n = self.comm.rank, self.comm.world
         src, dst = (k + r) % n, (k - r) % n
         works, recv, send = [], None, None
@@ -114,7 +114,7 @@ class GradPush:
             send = grad_rows.contiguous()
             works.append(self.comm.isend(send, dst, self.tag + r))
         self._inflight.append((recv, send, works, src))
-        if len(self._inflight) > 2:  # bound live gradient buffers
+        if len(self._inflight) > 1:  # bound live gradient buffers (one round in flight)
             self._complete(self._inflight.pop(0))
 
     def _complete(self, item) -> None:

@@ -92,6 +92,8 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
     from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model, global_sum
     from dsgraph.sar.worker import setup_worker
 
+    import faulthandler
+    faulthandler.dump_traceback_later(100, exit=True)  # a stuck worker prints where, then exits
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world,
@@ -115,8 +117,10 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
             res["bytes_sent"] = w.comm.bytes_sent - sent0
             results.append(res)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+        # No destroy_process_group: with gloo it sometimes hung once a peer had finished.
+        dist.barrier()
     finally:
-        dist.destroy_process_group()
+        faulthandler.cancel_dump_traceback_later()
 
 
 def spawn(fn, world: int, args: tuple, timeout_s: float = 120.0) -> None:

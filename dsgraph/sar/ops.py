@@ -148,7 +148,8 @@ class ShardOp(torch.autograd.Function):
                 fill = float("-inf") if spec.reduce == "max" else float("inf")
                 p = p.masked_fill(~has, fill)
                 if acc is None:
-                    acc, winner = p, torch.full(p.shape, j, dtype=torch.int8 if plan.world < 128 else torch.int16)
+                    wtype = torch.int8 if plan.world < 128 else torch.int16
+                    acc, winner = p, torch.full(p.shape, j, dtype=wtype)
                 else:
                     better = p > acc if spec.reduce == "max" else p < acc
                     acc = torch.where(better, p, acc)  # strict: the first part in ring order wins
@@ -179,10 +180,10 @@ class ShardOp(torch.autograd.Function):
         if spec.kind == "spmm" and spec.reduce == "mean":
             deg = plan.in_degrees.view((-1,) + (1,) * (gout.dim() - 1))
             gout = gout / deg.clamp(min=1).to(gout.dtype)
-        grad_u = torch.zeros_like(u) if need_u else None
-        grad_v = torch.zeros_like(v) if need_v else None
-        grad_e = torch.zeros_like(e) if need_e else None
-        push = GradPush(rt.comm, plan.need, plan.send_rows, grad_u, tuple(u.shape[1:]), u.dtype) \
+        # Gradient buffers are taken over from the local shard (processed first) when it
+        # already covers them, so no zero-filled copy of u or e stays alive beside it.
+        grads = {"u": None, "v": torch.zeros_like(v) if need_v else None, "e": None}
+        push = GradPush(rt.comm, plan.need, plan.send_rows, None, tuple(u.shape[1:]), u.dtype) \
             if need_u and plan.world > 1 else None
 
         def shard_grad(j: int) -> torch.Tensor:
@@ -194,12 +195,21 @@ class ShardOp(torch.autograd.Function):
 
         def deliver(j: int, gu, gv, ge) -> None:
             if gv is not None:
-                grad_v.add_(gv)
-            if ge is not None:
-                plan.edge_slice(grad_e, j).copy_(ge)
+                grads["v"].add_(gv)
+            if need_e:
+                if grads["e"] is None:
+                    whole = ge is not None and ge.shape[0] == plan.num_edges
+                    grads["e"] = ge if whole else torch.zeros_like(e)
+                    if whole:
+                        ge = None
+                if ge is not None:
+                    plan.edge_slice(grads["e"], j).copy_(ge)
             if j == plan.rank:
-                if gu is not None:
-                    grad_u.add_(gu)
+                if need_u:
+                    grads["u"] = gu if gu is not None and gu.shape == u.shape \
+                        and gu.is_contiguous() else torch.zeros_like(u) + (0 if gu is None else gu)
+                    if push is not None:
+                        push.grad_x = grads["u"]
             elif push is not None:
                 push.push((plan.rank - j) % plan.world, gu)
 
@@ -237,7 +247,9 @@ class ShardOp(torch.autograd.Function):
         if push is not None:
             push.finish()
         ctx.winner = None
-        return None, None, grad_u, grad_v, grad_e
+        if need_e and grads["e"] is None:
+            grads["e"] = torch.zeros_like(e)
+        return None, None, grads["u"], grads["v"], grads["e"]
 
 
 def _leaves(uj, v, ej, needs):

@@ -17,7 +17,7 @@ from dsgraph.sar.partition import LocalPartition
 
 def _exchange(rank: int, world: int, sends: list[torch.Tensor], sizes: list[int],
               dtype: torch.dtype) -> list[torch.Tensor]:
-    """Send ``sends[j]`` to every j != rank and receive ``sizes[j]`` items from each (set-up only)."""
+    """Send ``sends[j]`` to every peer j and receive ``sizes[j]`` items from each (set-up only)."""
     works, out = [], [torch.empty(0, dtype=dtype) for _ in range(world)]
     for j in range(world):
         if j == rank:
