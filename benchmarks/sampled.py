@@ -50,7 +50,7 @@ def run(quick: bool) -> Path:
     from dsgraph.data import load_graph
 
     repeats = 1 if quick else 3
-    epochs = 2 if quick else 6
+    epochs = 2 if quick else 8
     nodes = 10_000 if quick else 100_000
     report = Report("sampled", quick, ["setting", "trainers", "parts", "samples_per_s",
                                        "epoch_s", "test_acc", "ratio_vs_stock", "wall_s",
