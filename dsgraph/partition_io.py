@@ -53,9 +53,12 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
     if (touched == 0).any():  # DGL's partition_graph_with_halo crashes on a part with no edges
         raise UserError(f"partition: part {int(np.argmin(touched))} would have no edges "
                         f"({g.num_edges()} edges into {num_parts} parts); use fewer parts")
-    structure = dgl.graph(g.edges(), num_nodes=g.num_nodes())
-    parts, orig_nids, orig_eids = dgl.partition_graph_with_halo(
-        structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
+    if halo_hops == 1:
+        parts = split_one_hop(src_np, dst_np, assignment, num_parts)
+    else:
+        structure = dgl.graph(g.edges(), num_nodes=g.num_nodes())
+        parts, _, _ = dgl.partition_graph_with_halo(
+            structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
     meta: dict = {"graph_name": graph_name, "num_nodes": g.num_nodes(), "num_edges": g.num_edges(),
                   "part_method": method, "num_parts": num_parts, "halo_hops": halo_hops,
                   "node_map": {"_N": []}, "edge_map": {"_N:_E:_N": []},
@@ -84,6 +87,9 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
             feats = {f"_N/{key}": g.ndata[key][owned_orig] for key in g.ndata.keys()}
             feats["_N/orig_id"] = owned_orig.to(torch.int64)
             del part.ndata["orig_id"], part.edata["orig_id"]
+            # Stock partition_graph stores these flags as uint8 (its RESERVED_FIELD_DTYPE).
+            part.ndata["inner_node"] = part.ndata["inner_node"].to(torch.uint8)
+            part.edata["inner_edge"] = part.edata["inner_edge"].to(torch.uint8)
             pdir = tmp / f"part{k}"
             pdir.mkdir()
             save_tensors(str(pdir / "node_feat.dgl"), feats)
@@ -100,6 +106,77 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
         stats["peak_rss_mb"] = peak_rss_mb()
         (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
     return Path(out_dir) / f"{graph_name}.json"
+
+
+def _stable_order(keys: np.ndarray, num_parts: int) -> np.ndarray:
+    """Stable argsort of small part ids (numpy radix-sorts 16-bit keys in linear time)."""
+    if num_parts < 2**15:
+        keys = keys.astype(np.int16)
+    return np.argsort(keys, kind="stable")
+
+
+def split_one_hop(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_parts: int) -> dict:
+    """Part graphs with 1-hop halos, as ``dgl.partition_graph_with_halo(g, a, 1, reshuffle=True)``.
+
+    Same result, vectorized: new node ids are part-major (original order within a part), each
+    edge belongs to its destination's part and gets a part-major new id. Part ``k``'s graph holds
+    its owned nodes first (local id = new id - range start), then its halo nodes (every neighbour,
+    in- or out-, owned elsewhere), all in-edges of owned nodes (``inner_edge`` = 1) and the
+    out-edges from owned to halo nodes. ndata: ``_ID``, ``inner_node``, ``part_id``, ``orig_id``;
+    edata: ``_ID``, ``inner_edge``, ``orig_id``. DGL's version spends most of its time in
+    per-part sorts; this one is several times faster on 1M-node graphs.
+    """
+    import dgl
+
+    n = assignment.shape[0]
+    new2orig = _stable_order(assignment, num_parts)
+    orig2new = np.empty(n, dtype=np.int64)
+    orig2new[new2orig] = np.arange(n, dtype=np.int64)
+    node_start = np.concatenate([[0], np.cumsum(np.bincount(assignment, minlength=num_parts))])
+    p_dst = assignment[dst]
+    e_new2orig = _stable_order(p_dst, num_parts)  # new edge id -> original edge id
+    edge_start = np.concatenate([[0], np.cumsum(np.bincount(p_dst, minlength=num_parts))])
+    nsrc = orig2new[src[e_new2orig]]  # endpoints in new ids, edges in new-id order
+    ndst = orig2new[dst[e_new2orig]]
+    p_src = assignment[src[e_new2orig]]
+    cross = np.flatnonzero(p_src != p_dst[e_new2orig])  # new ids of edges between parts
+    cross = cross[_stable_order(p_src[cross], num_parts)]  # grouped by the source's part
+    cross_start = np.concatenate([[0], np.cumsum(np.bincount(p_src[cross], minlength=num_parts))])
+    del p_dst, p_src
+    parts = {}
+    for k in range(num_parts):
+        lo, hi = int(node_start[k]), int(node_start[k + 1])
+        in_eid = np.arange(edge_start[k], edge_start[k + 1], dtype=np.int64)
+        out_eid = cross[cross_start[k]:cross_start[k + 1]]
+        e_src = np.concatenate([nsrc[in_eid], nsrc[out_eid]])
+        e_dst = np.concatenate([ndst[in_eid], ndst[out_eid]])
+        # Halo = endpoints outside [lo, hi); a mark array finds them in O(n + edges), sorted.
+        seen = np.zeros(n, dtype=bool)
+        seen[e_src] = True
+        seen[e_dst] = True
+        seen[lo:hi] = False
+        halo = np.flatnonzero(seen)
+        del seen
+        nid = np.concatenate([np.arange(lo, hi, dtype=np.int64), halo])
+        local = np.empty(n, dtype=np.int64)  # new id -> local id (only part k's nodes are read)
+        local[nid] = np.arange(nid.shape[0], dtype=np.int64)
+        sub = dgl.graph((torch.from_numpy(local[e_src]), torch.from_numpy(local[e_dst])),
+                        num_nodes=nid.shape[0])
+        del local
+        eid = np.concatenate([in_eid, out_eid])
+        inner_node = np.zeros(nid.shape[0], dtype=np.uint8)
+        inner_node[: hi - lo] = 1
+        inner_edge = np.zeros(eid.shape[0], dtype=np.uint8)
+        inner_edge[: in_eid.shape[0]] = 1
+        sub.ndata[dgl.NID] = torch.from_numpy(nid)
+        sub.ndata["inner_node"] = torch.from_numpy(inner_node)
+        sub.ndata["orig_id"] = torch.from_numpy(new2orig[nid])
+        sub.ndata["part_id"] = torch.from_numpy(assignment[new2orig[nid]].astype(np.int64))
+        sub.edata[dgl.EID] = torch.from_numpy(eid)
+        sub.edata["inner_edge"] = torch.from_numpy(inner_edge)
+        sub.edata["orig_id"] = torch.from_numpy(e_new2orig[eid])
+        parts[k] = sub
+    return parts
 
 
 def partition_stats(g, assignment: np.ndarray, method: str) -> dict:

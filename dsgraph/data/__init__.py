@@ -24,6 +24,11 @@ def load_graph(cfg: DatasetConfig):
 
     params = {k: v for k, v in vars(cfg).items() if k not in ("cache_dir", "path", "name")}
     path = Path(cfg.cache_dir) / f"synthetic-{param_hash(params)}.dgl"
-    return cached(path, lambda: generate(cfg),
-                  lambda g, p: dgl.save_graphs(p, [g]),
-                  lambda p: dgl.load_graphs(p)[0][0])
+
+    def load(p: str):
+        g = dgl.load_graphs(p)[0][0]
+        for key in GRAPH_KEYS[2:]:  # dgl.save_graphs stores bool node data as uint8
+            g.ndata[key] = g.ndata[key].bool()
+        return g
+
+    return cached(path, lambda: generate(cfg), lambda g, p: dgl.save_graphs(p, [g]), load)

@@ -120,12 +120,12 @@ def load(cache_dir: str | Path, n: int, num_samples: int, seed: int, workers: in
               "tau": GRF_TAU, "alpha": GRF_ALPHA, "version": 1}
     path = Path(cache_dir) / f"darcy-{param_hash(params)}.npz"
 
-    def save(d: dict, p: str) -> None:
+    def _save(d: dict, p: str) -> None:
         with open(p, "wb") as fh:
             np.savez(fh, **d)
 
-    def read(p: str) -> dict:
+    def _read(p: str) -> dict:
         with np.load(p) as z:
             return {k: z[k] for k in z.files}
 
-    return cached(path, lambda: generate(n, num_samples, seed, workers, progress), save, read)
+    return cached(path, lambda: generate(n, num_samples, seed, workers, progress), _save, _read)
