@@ -44,7 +44,8 @@ def measure(spec: dict) -> dict:
 
     from dsgraph.config import DatasetConfig
     from dsgraph.data import load_graph
-    from dsgraph.partition_io import orig_ids, partition_graph
+    from dsgraph.partition_io import orig_ids
+    from partition import partition_graph
     from dsgraph.runs import peak_rss_mb, rss_mb
 
     # Library imports happen before the clock starts for both sides (``import dgl`` already

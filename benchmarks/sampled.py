@@ -46,7 +46,7 @@ def _stock_partition(base: list[str], out: Path) -> None:
 
 def run(quick: bool) -> Path:
     """Run every configuration ``repeats`` times and write the report."""
-    from dsgraph.partition_io import partition_graph
+    from partition import partition_graph
     from dsgraph.data import load_graph
 
     repeats = 1 if quick else 3

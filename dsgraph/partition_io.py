@@ -205,24 +205,3 @@ def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
     meta = json.loads(cfg_path.read_text())
     return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]
                       for k in range(meta["num_parts"])])
-
-
-def partition_graph(g, num_parts: int, out_dir: str | os.PathLike, graph_name: str = "graph",
-                    method: str = "metis", halo_hops: int = 1, seed: int = 0, force: bool = False,
-                    balance_train: bool = True, balance_edges: bool = True) -> Path:
-    """Assign nodes with METIS (pymetis) or at random and write DGL partition files."""
-    import time
-    t0 = time.perf_counter()
-    from partition.metis import (balance_weights, metis_assignment, random_assignment,
-                                 symmetric_csr)
-
-    if method == "random":
-        assign = random_assignment(g.num_nodes(), num_parts, seed)
-    else:
-        src, dst = (t.numpy() for t in g.edges())
-        adj = symmetric_csr(src, dst, g.num_nodes())
-        train = g.ndata["train_mask"].numpy() if "train_mask" in g.ndata else None
-        weights = balance_weights(adj, train, balance_train, balance_edges)
-        assign = metis_assignment(adj, num_parts, weights, seed)
-    return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
-                            stats={"wall_s": time.perf_counter() - t0}, num_parts=num_parts)

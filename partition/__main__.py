@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -33,29 +34,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="output folder (default: partition.out_dir)")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
     parser.add_argument("--if-missing", action="store_true",
-                        help="do nothing if the output folder already holds these partitions")
+                        help="do nothing if the output folder already holds partitions of this "
+                             "dataset and partition config (rebuild them if it holds others)")
     args = parser.parse_args(argv)
     cfg = config_mod.load(args.config, args.overrides)
     out = Path(args.out or cfg.partition.out_dir)
     part_json = out / f"{cfg.partition.graph_name}.json"
-    if out.exists() and not args.force:
-        if args.if_missing and part_json.exists():
-            stats = json.loads((out / "partition_stats.json").read_text())
-            print(f"partitions already in {out} (use --force to rebuild)")
-            print("\n".join(summary_lines(stats)))
-            return
-        raise UserError(f"{out}: output folder exists; pass --force to replace it")
+    source = {"dataset": dataclasses.asdict(cfg.dataset),
+              "partition": {k: v for k, v in dataclasses.asdict(cfg.partition).items()
+                            if k != "out_dir"}}
+    force = args.force
+    if out.exists() and not force:
+        stats_path = out / "partition_stats.json"
+        if args.if_missing and part_json.exists() and stats_path.exists():
+            stats = json.loads(stats_path.read_text())
+            if stats.get("source") == source:
+                print(f"partitions already in {out} (use --force to rebuild)")
+                print("\n".join(summary_lines(stats)))
+                return
+            print(f"{out} holds partitions of another configuration; rebuilding", flush=True)
+            force = True
+        else:
+            raise UserError(f"{out}: output folder exists; pass --force to replace it")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     from dsgraph.data import load_graph
-    from dsgraph.partition_io import partition_graph
+    from partition import partition_graph
 
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset)
     p = cfg.partition
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
     path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
-                           force=args.force, balance_train=p.balance_train,
-                           balance_edges=p.balance_edges)
+                           force=force, balance_train=p.balance_train,
+                           balance_edges=p.balance_edges, extra_stats={"source": source})
     stats = json.loads((path.parent / "partition_stats.json").read_text())
     print("\n".join(summary_lines(stats)))
     print(f"wrote {path}")

@@ -16,7 +16,8 @@ import torch
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import UserError
-from dsgraph.partition_io import orig_ids, partition_graph, write_partitions
+from dsgraph.partition_io import orig_ids, write_partitions
+from partition import partition_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")

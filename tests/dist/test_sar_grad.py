@@ -68,7 +68,7 @@ def check(g, results: list[dict], world: int) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_gradients_match_single_process(world, tmp_path):
-    from dsgraph.partition_io import partition_graph
+    from partition import partition_graph
     g = make_graph(120, seed=world)
     part_json = partition_graph(g, world, tmp_path / "parts", method="metis" if world > 1
                                 else "random")

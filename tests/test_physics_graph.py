@@ -1,0 +1,103 @@
+"""Sampled radius graphs, domain decomposition plans and the KernelMPNN model (single process)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dsgraph.errors import ConfigError
+from dsgraph.physics import sampling
+from dsgraph.physics.decompose import bisection, decompose, metis
+from dsgraph.physics.halo import make_plan
+
+
+def _points(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 2)), rng.standard_normal((n, 3)).astype(np.float32)
+
+
+def test_radius_edges_cap_radius_and_determinism():
+    pos, _ = _points()
+    src, dst = sampling.radius_edges(pos, 0.12, 8, np.random.default_rng(1))
+    assert len(src) > 0 and np.all(src != dst)
+    assert np.all(np.linalg.norm(pos[src] - pos[dst], axis=1) <= 0.12 + 1e-12)
+    deg = np.bincount(dst, minlength=len(pos))
+    assert deg.max() == 8
+    # Nodes with at most 8 neighbours in range keep all of them.
+    full_src, full_dst = sampling.radius_edges(pos, 0.12, 10 ** 6, np.random.default_rng(1))
+    full_deg = np.bincount(full_dst, minlength=len(pos))
+    assert np.array_equal(deg, np.minimum(full_deg, 8))
+    assert len(full_src) == 2 * len(np.unique(np.sort(np.stack([full_src, full_dst], 1), 1), axis=0))
+    again = sampling.radius_edges(pos, 0.12, 8, np.random.default_rng(1))
+    assert np.array_equal(again[0], src) and np.array_equal(again[1], dst)
+    other = sampling.radius_edges(pos, 0.12, 8, np.random.default_rng(2))
+    assert not np.array_equal(other[0], src)  # the pruning is random, not "nearest first"
+
+
+def test_edge_features_and_sampled_graph():
+    pos, x = _points()
+    sg = sampling.sample_graph(pos, x, x[:, 1:], 200, 0.2, 6, np.random.default_rng(3))
+    assert sg.num_nodes == 200 and len(np.unique(sg.nodes)) == 200
+    assert sg.efeat.shape == (len(sg.src), sampling.edge_feat_dim(2))
+    e = 5
+    i, j = sg.src[e], sg.dst[e]
+    np.testing.assert_allclose(sg.efeat[e, :2], (sg.pos[i] - sg.pos[j]) / 0.2, rtol=1e-5)
+    np.testing.assert_allclose(sg.efeat[e, 2], np.linalg.norm(sg.pos[i] - sg.pos[j]) / 0.2, rtol=1e-5)
+    np.testing.assert_allclose(sg.efeat[e, 3:5], x[sg.nodes[i], 1:])
+    np.testing.assert_allclose(sg.efeat[e, 5:7], x[sg.nodes[j], 1:])
+    groups = sampling.cover_groups(1000, 300, np.random.default_rng(0))
+    assert sorted(np.concatenate(groups).tolist()) == list(range(1000))
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4])
+def test_bisection_balanced_and_compact(parts):
+    pos, _ = _points(601)
+    owner = bisection(pos, parts)
+    sizes = np.bincount(owner, minlength=parts)
+    assert sizes.sum() == 601 and sizes.max() - sizes.min() <= 1
+    if parts == 2:  # one straight cut
+        axis = int(np.argmax(pos.max(0) - pos.min(0)))
+        assert pos[owner == 0, axis].max() <= pos[owner == 1, axis].min()
+
+
+def test_metis_and_method_errors():
+    pos, _ = _points()
+    src, dst = sampling.radius_edges(pos, 0.1, 12, np.random.default_rng(0))
+    owner = metis(len(pos), src, dst, 4, seed=0)
+    assert set(owner.tolist()) == {0, 1, 2, 3}
+    cut_metis = np.mean(owner[src] != owner[dst])
+    rand = np.random.default_rng(0).integers(0, 4, len(pos))
+    assert cut_metis < 0.5 * np.mean(rand[src] != rand[dst])
+    with pytest.raises(ConfigError, match="physics.decomposition"):
+        decompose(pos, src, dst, 2, "spectral")
+
+
+def test_plan_halo_is_foreign_in_neighbours():
+    pos, _ = _points()
+    src, dst = sampling.radius_edges(pos, 0.1, 12, np.random.default_rng(0))
+    owner = bisection(pos, 3)
+    plans = [make_plan(owner, src, dst, r, 3) for r in range(3)]
+    for p in plans:
+        mine = owner[dst] == p.rank
+        expect = np.unique(src[mine & (owner[src] != p.rank)])
+        assert np.array_equal(p.halo, expect)
+        assert np.array_equal(p.nodes[p.dst], dst[p.edges]) and np.array_equal(p.nodes[p.src], src[p.edges])
+        assert np.all(p.dst < p.num_owned)
+        for q, rows in p.recv.items():  # what q sends me, in the same order
+            assert np.array_equal(plans[q].nodes[plans[q].send[p.rank].numpy()], p.nodes[rows.numpy()])
+    assert sum(len(p.edges) for p in plans) == len(src)
+
+
+def test_kernel_mpnn_registry_and_shapes():
+    import dgl
+    from dsgraph.models.registry import build_model
+
+    model = build_model("mpnn", 3, 2, {"edge_feats": 5, "width": 8, "layers": 2, "kernel_hidden": 8})
+    g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])), num_nodes=4)
+    g.edata["feat"] = torch.randn(3, 5)
+    out = model(g, torch.randn(4, 3))
+    assert out.shape == (4, 2)
+    shared = build_model("mpnn", 3, 2, {"edge_feats": 5, "width": 8, "layers": 4, "shared": True})
+    assert len(shared.convs) == 1
+    with pytest.raises(ConfigError, match="model.args"):
+        build_model("mpnn", 3, 2, {"depth": 3})
