@@ -15,6 +15,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, default_file_mode())  # mkstemp creates 0600; give the usual permissions
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -24,6 +25,13 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def default_file_mode() -> int:
+    """Permissions a newly created file gets under the current umask (0666 & ~umask)."""
+    mask = os.umask(0)  # reading the umask means setting it; restore at once
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from dsgraph.fsutil import default_file_mode
+
 T = TypeVar("T")
 
 
@@ -31,6 +33,7 @@ def cached(path: Path, build: Callable[[], T], save: Callable[[T, str], None],
     os.close(fd)
     try:
         save(obj, tmp)
+        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
