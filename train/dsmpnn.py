@@ -68,7 +68,7 @@ def worker_main(run_dir: Path, resume: bool) -> None:
     from dsgraph.physics import engine
     from dsgraph.physics.fields import load_fields
     from dsgraph.runs import (MetricsLog, load_checkpoint, load_run_config, peak_rss_mb,
-                              rng_state, save_checkpoint, seed_everything)
+                              rng_state, rss_mb, save_checkpoint, seed_everything)
 
     t_start = time.perf_counter()
     cfg = load_run_config(run_dir)
@@ -88,14 +88,17 @@ def worker_main(run_dir: Path, resume: bool) -> None:
         opt.load_state_dict(ckpt["optimizer"])
         start = ckpt["epoch"] + 1
     log = MetricsLog(run_dir, resume_epoch=start - 1) if rank == 0 else None
+    base_rss = rss_mb()  # libraries + dataset: what training adds is measured against this
     train_s = sum(r.get("epoch_s", 0.0) for r in log.records()) if log else 0.0
     for epoch in range(start, cfg.train.epochs + 1):
         dist.barrier()
+        lr = engine.epoch_lr(cfg.train.lr, epoch, cfg.train.epochs, ph.lr_schedule)
+        engine.set_lr(opt, lr)
         t0 = time.perf_counter()
         loss = engine.train_epoch(model, opt, data, ph, seed, epoch, rank, world, dtype)
         epoch_s = time.perf_counter() - t0
         train_s += epoch_s
-        record = {"epoch": epoch, "loss": loss, "epoch_s": epoch_s}
+        record = {"epoch": epoch, "loss": loss, "epoch_s": epoch_s, "lr": lr}
         if ph.eval_every and epoch % ph.eval_every == 0 and epoch < cfg.train.epochs:
             pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats, rank, world, dtype)
             record.update(engine.metrics(pred, data.test, data.y_norm))
@@ -111,15 +114,33 @@ def worker_main(run_dir: Path, resume: bool) -> None:
     result = engine.metrics(pred, data.test, data.y_norm)
     rss: list = [None] * world
     dist.all_gather_object(rss, peak_rss_mb())
+    extra: list = [None] * world
+    dist.all_gather_object(extra, peak_rss_mb() - base_rss)
     if rank == 0:
         log.summary({**result, "epochs": cfg.train.epochs, "train_s": train_s,
                      "infer_s": infer_s, "wall_s": time.perf_counter() - t_start,
                      "peak_rss_mb": max(rss), "peak_rss_mb_per_worker": rss,
+                     "train_mem_mb": max(extra),
                      "workers": world, "mode": "dsmpnn", "dataset": cfg.dataset.name,
                      "sampled_nodes": ph.sampled_nodes, "max_edges": ph.max_edges,
                      "final_loss": log.records()[-1]["loss"] if log.records() else None})
     dist.barrier()
-    dist.destroy_process_group()
+
+
+def exit_now(code: int = 0) -> None:
+    """Flush and leave without running destructors.
+
+    With torch 2.2, destroying a gloo process group (explicitly or at interpreter exit) can
+    deadlock: the destructor joins gloo's worker threads while holding the GIL, and a worker
+    thread may still need the GIL to free the last tensor of a finished async operation
+    (observed with isend/irecv halo traffic). Results are already written atomically.
+    """
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
@@ -128,3 +149,4 @@ if __name__ == "__main__":
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     worker_main(args.run_dir, args.resume)
+    exit_now(0)

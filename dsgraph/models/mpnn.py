@@ -34,13 +34,13 @@ class KernelMPNN(nn.Module):
         self.width, self.num_layers, self.edge_feats = width, layers, edge_feats
         self.encoder = _mlp([in_feats, width * 2, width])
 
-        def conv() -> dglnn.NNConv:
+        def _conv() -> dglnn.NNConv:
             kernel = _mlp([edge_feats, kernel_hidden, kernel_hidden, width * width])
             return dglnn.NNConv(width, width, kernel, aggregator_type="mean", bias=True)
 
         # GKN shares one kernel over all hops; separate kernels per hop are the default here.
         n_convs = 1 if shared else layers
-        self.convs = nn.ModuleList(conv() for _ in range(n_convs))
+        self.convs = nn.ModuleList(_conv() for _ in range(n_convs))
         self.roots = nn.ModuleList(nn.Linear(width, width, bias=False) for _ in range(n_convs))
         self.decoder = _mlp([width, width * 2, num_classes])
 

@@ -22,4 +22,5 @@ class PhysicsConfig:
     decomposition: Literal["bisection", "metis"] = "bisection"
     gen_workers: int = bound(2, ge=1)  # processes generating the dataset
     infer_repeats: int = bound(2, ge=1)  # full-field inference: random covers averaged
+    lr_schedule: Literal["cosine", "constant"] = "cosine"  # per-epoch learning-rate decay
     eval_every: int = bound(0, ge=0)  # test metrics every k epochs (0: only after training)

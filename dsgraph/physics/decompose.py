@@ -14,7 +14,7 @@ def bisection(pos: np.ndarray, parts: int) -> np.ndarray:
     """
     owner = np.zeros(len(pos), dtype=np.int64)
 
-    def split(idx: np.ndarray, first: int, k: int) -> None:
+    def _split(idx: np.ndarray, first: int, k: int) -> None:
         if k == 1 or len(idx) == 0:
             owner[idx] = first
             return
@@ -24,10 +24,10 @@ def bisection(pos: np.ndarray, parts: int) -> np.ndarray:
         # A stable sort on (coordinate, id) makes ties deterministic.
         order = idx[np.lexsort((idx, p[:, axis]))]
         cut = int(round(len(idx) * k_left / k))
-        split(order[:cut], first, k_left)
-        split(order[cut:], first + k_left, k - k_left)
+        _split(order[:cut], first, k_left)
+        _split(order[cut:], first + k_left, k - k_left)
 
-    split(np.arange(len(pos)), 0, parts)
+    _split(np.arange(len(pos)), 0, parts)
     return owner
 
 

@@ -47,6 +47,22 @@ def local_loss(pred: torch.Tensor, target: np.ndarray, plan: LocalPlan) -> torch
     return ((pred[:plan.num_owned] - y) ** 2).sum() / (plan.global_owned * y.shape[1])
 
 
+def epoch_lr(base: float, epoch: int, epochs: int, schedule: str) -> float:
+    """Learning rate of 1-based ``epoch``: constant, or cosine decay from ``base`` towards 0.
+
+    Stateless (a function of the epoch only), so a resumed run uses the same rates.
+    """
+    if schedule == "constant":
+        return base
+    return base * 0.5 * (1.0 + np.cos(np.pi * (epoch - 1) / epochs))
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """Set every parameter group's learning rate."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
 def _sum(value: float, world: int) -> float:
     if world == 1:
         return value

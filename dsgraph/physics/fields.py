@@ -78,10 +78,10 @@ class FieldData:
 def _split(pos: np.ndarray, x: np.ndarray, y: np.ndarray, n_train: int) -> tuple:
     x_norm, y_norm = Normalizer.fit(x[:n_train]), Normalizer.fit(y[:n_train])
 
-    def part(sl: slice) -> FieldSet:
+    def _part(sl: slice) -> FieldSet:
         return FieldSet(pos=pos[sl], x=x_norm.encode(x[sl]), y=y_norm.encode(y[sl]), y_raw=y[sl])
 
-    return part(slice(0, n_train)), part(slice(n_train, None)), y_norm
+    return _part(slice(0, n_train)), _part(slice(n_train, None)), y_norm
 
 
 def load_fields(cfg, progress: bool = True) -> FieldData:
