@@ -90,13 +90,31 @@ def _next_toward(x: torch.Tensor, cond: torch.Tensor, direction: float) -> torch
     return torch.where(cond, torch.nextafter(x, torch.full_like(x, direction)), x)
 
 
+def _round_bf16(x: torch.Tensor, down: bool) -> torch.Tensor:
+    """fp32 -> the bf16 value next below (``down``) or above, computed on the fp32 bit pattern.
+
+    bf16 is the top half of an fp32 word: truncating the low 16 bits rounds towards zero, and
+    one unit of the kept half is one bf16 ulp (bf16 ops on CPU are slow; int32 ops are not).
+    """
+    bits = x.view(torch.int32)
+    kept = bits & -65536
+    inexact = (bits & 65535) != 0
+    # Truncation moved a value towards zero: step one ulp away from zero where that was wrong.
+    away = inexact & ((x < 0) if down else (x > 0))
+    return (kept + away.int() * 65536).view(torch.float32).to(torch.bfloat16)
+
+
 def round_stats(mn: torch.Tensor, mx: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Block minimum rounded down and range rounded up to ``dtype`` so [mn, mn+rng] covers [mn, mx]."""
-    mn_s = mn.to(dtype)
-    mn_s = _next_toward(mn_s, mn_s.float() > mn, -math.inf)
-    r = mx - mn_s.float()
-    r_s = r.to(dtype)
-    r_s = _next_toward(r_s, r_s.float() < r, math.inf)
+    if dtype == torch.bfloat16:
+        mn_s = _round_bf16(mn.contiguous(), down=True)
+        r_s = _round_bf16((mx - mn_s.float()).contiguous(), down=False)
+    else:
+        mn_s = mn.to(dtype)
+        mn_s = _next_toward(mn_s, mn_s.float() > mn, -math.inf)
+        r = mx - mn_s.float()
+        r_s = r.to(dtype)
+        r_s = _next_toward(r_s, r_s.float() < r, math.inf)
     for _ in range(2):  # fp32 rounding of mn + rng may still fall an ulp short of mx
         r_s = _next_toward(r_s, (mn_s.float() + r_s.float()) < mx, math.inf)
     return mn_s, r_s
@@ -118,8 +136,8 @@ def _quant_blocks(blocks: torch.Tensor, bits: int, levels: Optional[tuple], stat
         # trunc(x * inv + (0.5 + 2^-17 - mn * inv) + r / 2^16) with r ~ U{-2^15 .. 2^15 - 1}.
         # The fused form loses ~2^-24 * |x| / range of a step to cancellation (negligible for
         # activations); a result in (-1, 0) still truncates to code 0 and overflow is clamped.
-        s = torch.addcmul(mnf * -inv + (0.5 + 2.0 ** -17), blocks, inv)
-        s.add_(r16, alpha=2.0 ** -16)
+        s = torch.add(mnf * -inv + (0.5 + 2.0 ** -17), r16, alpha=2.0 ** -16)
+        s.addcmul_(blocks, inv)
         codes = s.to(torch.uint8)
     else:
         s = torch.sub(blocks, mnf).mul_(inv)  # >= 0 exactly: mn <= every value
@@ -128,19 +146,28 @@ def _quant_blocks(blocks: torch.Tensor, bits: int, levels: Optional[tuple], stat
     return codes.clamp_(max=top), mn_s, r_s
 
 
+_WORD = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Pack a flat uint8 tensor of ``bits``-bit codes, 8/bits per byte (first code in low bits)."""
+    """Pack a flat uint8 tensor of ``bits``-bit codes, 8/bits per byte (first code in low bits).
+
+    The 8/bits code bytes of one output byte are read as one little-endian integer word and
+    gathered with a single multiply: byte i is shifted to bit 8*(per-1) + bits*i, the partial
+    products never overlap (so nothing carries), and the top byte of the word is the result.
+    """
     per = 8 // bits
     if per == 1:
         return codes.contiguous()
     pad = (-codes.numel()) % per
     if pad:
         codes = torch.cat([codes, codes.new_zeros(pad)])
-    v = codes.view(-1, per)
-    out = v[:, 0].clone()
-    for j in range(1, per):
-        out.bitwise_or_(v[:, j] << (bits * j))
-    return out
+    top = 8 * (per - 1)
+    magic = sum(1 << (top + bits * i - 8 * i) for i in range(per))
+    if per == 8:  # the int64 product wraps; write the magic as the signed int64 it stands for
+        magic -= (1 << 64) if magic >= 1 << 63 else 0
+    words = codes.contiguous().view(_WORD[per])
+    return ((words * magic) >> top).to(torch.uint8)
 
 
 @functools.lru_cache(maxsize=64)
