@@ -110,15 +110,20 @@ class Supervisor:
             while True:
                 self._sample_rss()
                 done = True
+                failed = []
                 for p in self.procs:
                     rc = p.popen.poll()
                     if rc is None:
                         done = done and not p.required
-                        continue
-                    if rc != 0:
-                        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
-                        raise JobFailed(f"process {p.name} (pid {p.popen.pid}) {how}; "
-                                        f"log {p.log}: {log_tail(p.log)}")
+                    elif rc != 0:
+                        failed.append((p, rc))
+                if failed:
+                    # Peers of a killed process fail soon after it; when both are seen in the same
+                    # poll, the one killed by a signal is the cause.
+                    p, rc = min(failed, key=lambda f: f[1] >= 0)
+                    how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+                    raise JobFailed(f"process {p.name} (pid {p.popen.pid}) {how}; "
+                                    f"log {p.log}: {log_tail(p.log)}")
                 if done:
                     return
                 elapsed = time.monotonic() - self.start

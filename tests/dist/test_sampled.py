@@ -24,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+def _job_shm(run: Path) -> list[str]:
+    """/dev/shm entries of the job that ran in ``run`` (their names carry its token)."""
+    tokens = {p.stem.split("_")[-2] for p in (run / "parts").glob("*.json")}
+    assert tokens, "no per-machine partition configs: the job did not start"
+    return [n for n in os.listdir("/dev/shm") if any(t in n for t in tokens)]
 
 
 def _pull_job(tmp_path: Path, num_parts: int, stock: bool) -> list[dict]:
@@ -43,13 +46,12 @@ def _pull_job(tmp_path: Path, num_parts: int, stock: bool) -> list[dict]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("num_parts", [2, 4])
 def test_remote_features_correct_with_several_partitions_on_one_host(tmp_path, num_parts):
-    before = _shm()
     results = _pull_job(tmp_path, num_parts, stock=False)
     assert sorted(r["partid"] for r in results) == list(range(num_parts))
     for r in results:
         assert r["rows"] == 3000 and r["remote_rows"] > 0
         assert r["mismatched"] == 0 and r["cached_mismatched"] == 0, r
-    assert _shm() - before == set(), "job left shared-memory segments behind"
+    assert _job_shm(tmp_path / "run") == [], "job left shared-memory segments behind"
 
 
 @pytest.mark.timeout(180)
@@ -145,10 +147,9 @@ def test_plug_in_model_from_user_module(tmp_path):
     assert summary["test_acc"] > 0.3  # sampled evaluation; chance is 1/40
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(280)
 def test_killing_a_server_ends_the_job_cleanly(tmp_path):
     _partition(tmp_path)
-    before = _shm()
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [PY, "-m", "train", "--config", str(ROOT / "configs/default.yaml"), "--out", str(run),
@@ -158,7 +159,7 @@ def test_killing_a_server_ends_the_job_cleanly(tmp_path):
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 150  # start-up is slow when the 2 cores are busy
         server = None
         while time.time() < deadline and server is None:
             log = run / "logs" / "trainer0.log"
@@ -172,13 +173,13 @@ def test_killing_a_server_ends_the_job_cleanly(tmp_path):
         server.send_signal(signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
         assert time.time() - killed_at < 60
-        assert proc.returncode != 0
+        assert proc.returncode != 0, err[-2000:]
         lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
         assert len(lines) == 1 and "server" in lines[0], err[-2000:]
         assert "Traceback" not in err.split("error:")[-1]
         assert not [pid for pid in job if psutil.pid_exists(pid)
                     and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-        assert _shm() - before == set()
+        assert _job_shm(run) == []
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
