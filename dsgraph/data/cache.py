@@ -39,3 +39,18 @@ def cached(path: Path, build: Callable[[], T], save: Callable[[T, str], None],
         if os.path.exists(tmp):
             os.unlink(tmp)
     return obj
+
+
+def cached_npz(path: Path, build: Callable[[], dict]) -> dict:
+    """:func:`cached` for a dict of numpy arrays stored as an ``.npz``."""
+    import numpy as np
+
+    def save(arrays: dict, p: str) -> None:
+        with open(p, "wb") as fh:  # a file object: np.savez would otherwise append ".npz"
+            np.savez(fh, **arrays)
+
+    def load(p: str) -> dict:
+        with np.load(p) as z:
+            return {k: z[k] for k in z.files}
+
+    return cached(path, build, save, load)

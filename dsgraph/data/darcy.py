@@ -114,18 +114,10 @@ def grid_positions(n: int) -> np.ndarray:
 def load(cache_dir: str | Path, n: int, num_samples: int, seed: int, workers: int = 1,
          progress: bool = True) -> dict[str, np.ndarray]:
     """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters)."""
-    from dsgraph.data.cache import cached, param_hash
+    from dsgraph.data.cache import cached_npz, param_hash
 
     params = {"kind": "darcy", "n": n, "num_samples": num_samples, "seed": seed,
               "tau": GRF_TAU, "alpha": GRF_ALPHA, "version": 1}
     path = Path(cache_dir) / f"darcy-{param_hash(params)}.npz"
 
-    def _save(d: dict, p: str) -> None:
-        with open(p, "wb") as fh:
-            np.savez(fh, **d)
-
-    def _read(p: str) -> dict:
-        with np.load(p) as z:
-            return {k: z[k] for k in z.files}
-
-    return cached(path, lambda: generate(n, num_samples, seed, workers, progress), _save, _read)
+    return cached_npz(path, lambda: generate(n, num_samples, seed, workers, progress))
