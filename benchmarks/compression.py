@@ -8,7 +8,6 @@ in measure-only mode. Accuracy is trained only for the key settings (see ``ACC_S
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Any, Callable, Optional

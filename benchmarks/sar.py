@@ -14,7 +14,6 @@ are compared with single-process DGL from the same initial weights (float64 and 
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path

@@ -109,6 +109,21 @@ def load_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu")
 
 
+def restore(run_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the last checkpoint (if any) into ``model`` and ``optimizer``; return the next epoch."""
+    ckpt = load_checkpoint(run_dir)
+    if ckpt is None:
+        return 1
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["epoch"] + 1
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of one epoch on one worker: a resumed run draws what an uninterrupted one would."""
+    return seed * 1_000_003 + epoch * 1009 + rank
+
+
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch RNG states."""
     return {"python": random.getstate(), "numpy": np.random.get_state(),

@@ -67,8 +67,8 @@ def worker_main(run_dir: Path, resume: bool) -> None:
     from dsgraph.cluster.worker import init_gloo
     from dsgraph.physics import engine
     from dsgraph.physics.fields import load_fields
-    from dsgraph.runs import (MetricsLog, load_checkpoint, load_run_config, peak_rss_mb,
-                              rng_state, rss_mb, save_checkpoint, seed_everything)
+    from dsgraph.runs import (MetricsLog, load_run_config, peak_rss_mb, restore, rng_state,
+                              rss_mb, save_checkpoint, seed_everything)
 
     t_start = time.perf_counter()
     cfg = load_run_config(run_dir)
@@ -81,12 +81,7 @@ def worker_main(run_dir: Path, resume: bool) -> None:
     for p in model.parameters():  # identical start on every worker, whatever the seeding
         dist.broadcast(p.data, 0)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    start = 1
-    ckpt = load_checkpoint(run_dir) if resume else None
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        start = ckpt["epoch"] + 1
+    start = restore(run_dir, model, opt) if resume else 1
     log = MetricsLog(run_dir, resume_epoch=start - 1) if rank == 0 else None
     base_rss = rss_mb()  # libraries + dataset: what training adds is measured against this
     train_s = sum(r.get("epoch_s", 0.0) for r in log.records()) if log else 0.0

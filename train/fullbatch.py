@@ -9,7 +9,6 @@ labelled nodes, gradients summed over workers, so every worker holds identical p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -60,14 +59,6 @@ def launch(cfg: Config, run_dir: Path, resume: bool) -> None:
 
 # --- worker process ----------------------------------------------------------------------------
 
-def _compression(cfg: Config):
-    """The activation-compression context around forward (a no-op when disabled)."""
-    if not cfg.compression.enabled:
-        return contextlib.nullcontext()
-    from dsgraph.compress import compression_context
-    return compression_context(cfg.compression)
-
-
 def _allsum(values: list[float]) -> list[float]:
     import torch.distributed as dist
     t = torch.tensor(values, dtype=torch.float64)
@@ -82,7 +73,8 @@ def worker_main(run_dir: Path) -> None:
 
     from dsgraph.cluster.worker import init_gloo
     from dsgraph.models.registry import build_model
-    from dsgraph.runs import (MetricsLog, load_checkpoint, load_run_config, peak_rss_mb,
+    from dsgraph.compress import compression_context
+    from dsgraph.runs import (MetricsLog, epoch_seed, load_run_config, peak_rss_mb, restore,
                               rng_state, save_checkpoint, seed_everything)
     from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model
     from dsgraph.sar.worker import setup_worker
@@ -108,21 +100,16 @@ def worker_main(run_dir: Path) -> None:
     broadcast_parameters(model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr,
                            weight_decay=cfg.train.weight_decay)
-    start_epoch = 1
-    ckpt = load_checkpoint(run_dir)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        start_epoch = ckpt["epoch"] + 1
+    start_epoch = restore(run_dir, model, opt)
     log = MetricsLog(run_dir, resume_epoch=start_epoch - 1) if rank == 0 else None
     acc = {"val_acc": None, "test_acc": None}
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         # Per-epoch seeds: a resumed run draws the same dropout masks as an uninterrupted one.
-        seed_everything(cfg.train.seed * 1_000_003 + epoch * 1009 + rank)
+        seed_everything(epoch_seed(cfg.train.seed, epoch, rank))
         sent0 = w.comm.bytes_sent
         t0 = time.perf_counter()
         model.train()
-        with _compression(cfg):
+        with compression_context(cfg.compression):
             logits = model(w.graph, x)
             tr = masks["train"]
             loss = F.cross_entropy(logits[tr], label[tr], reduction="sum") / counts["train"]

@@ -3,7 +3,6 @@ gradients on the same sampled graph, and the halo exchange routes gradients back
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import socket
 from pathlib import Path
 
