@@ -135,8 +135,9 @@ def trainer_main(run_dir: Path) -> None:
     from dsgraph.cluster.worker import init_gloo, set_threads
     from dsgraph.dist_features import HaloCachedFeatures
     from dsgraph.models.registry import build_model
-    from dsgraph.runs import (MetricsLog, load_checkpoint, load_run_config, peak_rss_mb,
-                              save_checkpoint, seed_everything)
+    from dsgraph.compress import compression_context
+    from dsgraph.runs import (MetricsLog, epoch_seed, load_run_config, peak_rss_mb, restore,
+                              rng_state, save_checkpoint, seed_everything)
 
     logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
     set_threads()
@@ -155,12 +156,7 @@ def trainer_main(run_dir: Path) -> None:
     model = build_model(cfg.model.name, feat_dim, num_classes, cfg.model.args)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    start_epoch = 1
-    ckpt = load_checkpoint(run_dir)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        start_epoch = ckpt["epoch"] + 1
+    start_epoch = restore(run_dir, model, opt)
     log = MetricsLog(run_dir, resume_epoch=start_epoch - 1) if rank == 0 else None
     sampler = dgl.dataloading.NeighborSampler(cfg.train.fanouts)
     feat = HaloCachedFeatures(g, "feat", cache_halo=cfg.train.cache_halo)
@@ -168,8 +164,7 @@ def trainer_main(run_dir: Path) -> None:
     n_batches = (split["train"].numel() + cfg.train.batch_size - 1) // cfg.train.batch_size
     last = {}
     for epoch in range(start_epoch, cfg.train.epochs + 1):
-        # Per-epoch seeds make a resumed run draw exactly what an uninterrupted one would.
-        seed_everything(cfg.train.seed * 1_000_003 + epoch * 1009 + rank)
+        seed_everything(epoch_seed(cfg.train.seed, epoch, rank))
         # A fresh loader over a per-epoch permutation: DGL's own shuffle permutes the previous
         # epoch's order, which a resumed run could not reproduce.
         order = split["train"][torch.randperm(split["train"].numel())]
@@ -183,7 +178,7 @@ def trainer_main(run_dir: Path) -> None:
         with ddp.join():
             for input_nodes, seeds, blocks in loader:
                 x, y = feat[input_nodes], label[seeds]
-                with _compression(cfg):
+                with compression_context(cfg.compression):
                     out = ddp(blocks, x)
                     loss = torch.nn.functional.cross_entropy(out, y)
                 opt.zero_grad()
@@ -212,7 +207,6 @@ def trainer_main(run_dir: Path) -> None:
                 "remote_feature_bytes": int(stats[4]), "peak_rss_mb": rss}
         if rank == 0:
             log.epoch(last)
-            from dsgraph.runs import rng_state
             save_checkpoint(run_dir, {"epoch": epoch, "model": model.state_dict(),
                                       "optimizer": opt.state_dict(), "rng": rng_state()})
             print(f"epoch {epoch}: loss {last['loss']:.4f} train {last['train_acc']:.4f} "
@@ -227,15 +221,6 @@ def trainer_main(run_dir: Path) -> None:
                      "samples_per_s": _median([r["samples_per_s"] for r in records[1:]] or
                                               [r["samples_per_s"] for r in records])})
     dist.barrier()
-
-
-def _compression(cfg: Config):
-    """The activation-compression context for the forward pass (a no-op when disabled)."""
-    import contextlib
-    if not cfg.compression.enabled:
-        return contextlib.nullcontext()
-    from dsgraph.compress import compression_context
-    return compression_context(cfg.compression)
 
 
 def _median(values: list[float]) -> float:

@@ -184,3 +184,16 @@ def test_killing_a_server_ends_the_job_cleanly(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.timeout(300)
+def test_sampled_training_with_int2_activation_compression(tmp_path):
+    _partition(tmp_path)
+    plain = _train(tmp_path, "plain", "train.epochs=3")
+    packed = _train(tmp_path, "int2", "train.epochs=3", "compression.enabled=true")
+    a, b = (json.loads((r / "metrics.json").read_text()) for r in (plain, packed))
+    la, lb = ([json.loads(ln)["loss"] for ln in (r / "metrics.jsonl").read_text().splitlines()]
+              for r in (plain, packed))
+    assert la != lb  # the saved tensors really were quantized
+    assert lb[-1] < lb[0] and b["test_acc"] > 0.3, (a, b)  # and it still learns (chance: 1/40)
+    # Known gap: after 3 epochs on this small graph INT2 reaches ~0.45 vs ~0.69 in fp32.
