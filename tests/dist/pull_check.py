@@ -38,7 +38,7 @@ def main(run_dir: Path) -> None:
     (run_dir / f"pull{rank}.json").write_text(json.dumps({
         "rows": int(ids.numel()), "mismatched": int(bad.sum()),
         "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
-        "partid": int(pb.partid),
+        "partid": int(pb.partid), "machine_id": int(dgl.distributed.rpc.get_machine_id()),
         "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum())}))
     dist.barrier()
 
