@@ -109,10 +109,10 @@ def worker_main(run_dir: Path) -> None:
         sent0 = w.comm.bytes_sent
         t0 = time.perf_counter()
         model.train()
-        with compression_context(cfg.compression):
+        with compression_context(cfg.compression):  # the loss outside: see train/sampled.py
             logits = model(w.graph, x)
-            tr = masks["train"]
-            loss = F.cross_entropy(logits[tr], label[tr], reduction="sum") / counts["train"]
+        tr = masks["train"]
+        loss = F.cross_entropy(logits[tr], label[tr], reduction="sum") / counts["train"]
         opt.zero_grad()
         loss.backward()
         allreduce_gradients(model)

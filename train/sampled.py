@@ -178,9 +178,11 @@ def trainer_main(run_dir: Path) -> None:
         with ddp.join():
             for input_nodes, seeds, blocks in loader:
                 x, y = feat[input_nodes], label[seeds]
+                # The loss stays outside: its backward uses the saved log-softmax non-linearly,
+                # so quantizing it would bias every gradient.
                 with compression_context(cfg.compression):
                     out = ddp(blocks, x)
-                    loss = torch.nn.functional.cross_entropy(out, y)
+                loss = torch.nn.functional.cross_entropy(out, y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

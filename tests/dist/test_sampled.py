@@ -201,5 +201,6 @@ def test_sampled_training_with_int2_activation_compression(tmp_path):
     la, lb = ([json.loads(ln)["loss"] for ln in (r / "metrics.jsonl").read_text().splitlines()]
               for r in (plain, packed))
     assert la != lb  # the saved tensors really were quantized
-    assert lb[-1] < lb[0] and b["test_acc"] > 0.3, (a, b)  # and it still learns (chance: 1/40)
-    # Known gap: after 3 epochs on this small graph INT2 reaches ~0.45 vs ~0.69 in fp32.
+    # Close to fp32 after 3 epochs on 20k nodes (0.65 vs 0.69 measured); quantizing the loss's
+    # saved log-softmax as well gave 0.45.
+    assert b["test_acc"] > a["test_acc"] - 0.07, (a, b)
