@@ -101,6 +101,15 @@ def save_checkpoint(run_dir: str | Path, state: dict[str, Any]) -> None:
     atomic_write_bytes(Path(run_dir) / CHECKPOINT, buf.getvalue())
 
 
+def end_epoch(run_dir: str | Path, log: MetricsLog, record: dict[str, Any],
+              model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Rank 0 at the end of an epoch: append its metrics line, then checkpoint model,
+    optimizer, epoch and RNG state (what :func:`restore` reads back)."""
+    log.epoch(record)
+    save_checkpoint(run_dir, {"epoch": record["epoch"], "model": model.state_dict(),
+                              "optimizer": optimizer.state_dict(), "rng": rng_state()})
+
+
 def load_checkpoint(run_dir: str | Path) -> dict[str, Any] | None:
     """The last checkpoint of a run, or None."""
     path = Path(run_dir) / CHECKPOINT

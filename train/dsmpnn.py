@@ -67,8 +67,8 @@ def worker_main(run_dir: Path, resume: bool) -> None:
     from dsgraph.cluster.worker import init_gloo
     from dsgraph.physics import engine
     from dsgraph.physics.fields import load_fields
-    from dsgraph.runs import (MetricsLog, load_run_config, peak_rss_mb, restore, rng_state,
-                              rss_mb, save_checkpoint, seed_everything)
+    from dsgraph.runs import (MetricsLog, end_epoch, load_run_config, peak_rss_mb, restore,
+                              rss_mb, seed_everything)
 
     t_start = time.perf_counter()
     cfg = load_run_config(run_dir)
@@ -98,9 +98,7 @@ def worker_main(run_dir: Path, resume: bool) -> None:
             pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats, rank, world, dtype)
             record.update(engine.metrics(pred, data.test, data.y_norm))
         if rank == 0:
-            log.epoch(record)
-            save_checkpoint(run_dir, {"epoch": epoch, "model": model.state_dict(),
-                                      "optimizer": opt.state_dict(), "rng": rng_state()})
+            end_epoch(run_dir, log, record, model, opt)
             print(f"epoch {epoch}: loss {loss:.4f} ({epoch_s:.1f} s)", flush=True)
     dist.barrier()
     t1 = time.perf_counter()

@@ -74,8 +74,8 @@ def worker_main(run_dir: Path) -> None:
     from dsgraph.cluster.worker import init_gloo
     from dsgraph.models.registry import build_model
     from dsgraph.compress import compression_context
-    from dsgraph.runs import (MetricsLog, epoch_seed, load_run_config, peak_rss_mb, restore,
-                              rng_state, save_checkpoint, seed_everything)
+    from dsgraph.runs import (MetricsLog, end_epoch, epoch_seed, load_run_config, peak_rss_mb,
+                              restore, seed_everything)
     from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model
     from dsgraph.sar.worker import setup_worker
 
@@ -131,9 +131,7 @@ def worker_main(run_dir: Path) -> None:
                **acc, "epoch_s": float(t), "bytes_sent": int(sent),
                "peak_rss_mb": max(rss), "peak_rss_mb_per_worker": rss}
         if rank == 0:
-            log.epoch(rec)
-            save_checkpoint(run_dir, {"epoch": epoch, "model": model.state_dict(),
-                                      "optimizer": opt.state_dict(), "rng": rng_state()})
+            end_epoch(run_dir, log, rec, model, opt)
             print(f"epoch {epoch}: loss {rec['loss']:.4f} train {rec['train_acc']:.4f} "
                   f"val {rec['val_acc'] if rec['val_acc'] is None else round(rec['val_acc'], 4)} "
                   f"({rec['epoch_s']:.2f} s, {rec['bytes_sent'] / 2**20:.1f} MiB sent)",

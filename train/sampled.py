@@ -136,8 +136,8 @@ def trainer_main(run_dir: Path) -> None:
     from dsgraph.dist_features import HaloCachedFeatures
     from dsgraph.models.registry import build_model
     from dsgraph.compress import compression_context
-    from dsgraph.runs import (MetricsLog, epoch_seed, load_run_config, peak_rss_mb, restore,
-                              rng_state, save_checkpoint, seed_everything)
+    from dsgraph.runs import (MetricsLog, end_epoch, epoch_seed, load_run_config, peak_rss_mb,
+                              restore, seed_everything)
 
     logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
     set_threads()
@@ -208,9 +208,7 @@ def trainer_main(run_dir: Path) -> None:
                 "samples_per_s": float(stats[2] / train_s), "batches": int(stats[3]),
                 "remote_feature_bytes": int(stats[4]), "peak_rss_mb": rss}
         if rank == 0:
-            log.epoch(last)
-            save_checkpoint(run_dir, {"epoch": epoch, "model": model.state_dict(),
-                                      "optimizer": opt.state_dict(), "rng": rng_state()})
+            end_epoch(run_dir, log, last, model, opt)
             print(f"epoch {epoch}: loss {last['loss']:.4f} train {last['train_acc']:.4f} "
                   f"val {last['val_acc']:.4f} ({last['epoch_s']:.1f} s, "
                   f"{last['samples_per_s']:.0f} seeds/s)", flush=True)
