@@ -1,14 +1,39 @@
-"""Codec of activation compression: error bound, unbiasedness, variance, bytes, edge cases."""
+"""Codec of activation compression: error bound, unbiasedness, variance, bytes, edge cases.
+
+Every test runs twice: through the fused C kernels (``native``) and through the pure-torch path
+(``torch``, the fallback for CUDA tensors and machines without a compiler).
+"""
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
 
 import pytest
 import torch
 
-from dsgraph.compress.codec import (QuantSpec, dequantize, pack_codes, pack_mask, packed_nbytes,
-                                    quantize, unpack_mask, unpack_values)
+from dsgraph.compress import native
+from dsgraph.compress.codec import (QuantSpec, dequantize, pack_codes, pack_mask, pack_positive,
+                                    pack_two_valued, packed_nbytes, quantize, unpack_mask,
+                                    unpack_values)
 from dsgraph.compress.levels import int2_levels, optimal_lo
+
+
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def codec_path(request):
+    """Run the test with the C kernels, then with them disabled."""
+    if request.param == "native" and not native.available():
+        pytest.skip(f"C kernels unavailable: {native.failure()}")
+    with (contextlib.nullcontext() if request.param == "native" else native.disabled()):
+        yield request.param
+
+
+def test_native_kernels_build_where_a_compiler_exists(codec_path):
+    if codec_path == "torch":
+        assert not native.available()
+        return
+    assert shutil.which("gcc") is None or native.library() is not None, native.failure()
+    assert any(native.cache_dir().glob("dsq-*.so"))
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -189,3 +214,77 @@ def test_spec_validation():
         QuantSpec(bits=3)
     with pytest.raises(ValueError):
         QuantSpec(bits=4, levels="optimal")
+
+
+def _edge_data() -> torch.Tensor:
+    """Activation-like values plus blocks that stress the statistics rounding."""
+    x = _data(6000)
+    x[:300] = 0.0  # constant blocks
+    x[300:600] = -3.3
+    x[600:900] = torch.linspace(1e4, 6e4, 300)  # near the top of the fp16 range
+    x[900:1200] = torch.linspace(-1e-6, 1e-6, 300)  # fp16 subnormal statistics
+    x[1200:1500] = torch.randn(300) * 1e-3 + 100.0  # narrow range far from 0
+    return x
+
+
+@pytest.mark.parametrize("bits,block", [(2, 256), (2, 37), (1, 40), (4, 100), (8, 33), (2, 0)])
+@pytest.mark.parametrize("stats", [torch.bfloat16, torch.float16])
+def test_native_and_torch_paths_agree_in_format(codec_path, bits, block, stats):
+    """Same statistics bit for bit and the same packing: each path decodes the other's output."""
+    if codec_path == "torch":
+        pytest.skip("compares the two paths once")
+    x = _edge_data().view(60, 100)
+    spec = QuantSpec(bits=bits, block_size=block, stats_dtype=stats)
+    qn = quantize(x, spec, _gen())
+    with native.disabled():
+        qt = quantize(x, spec, _gen())
+        dn_by_torch = dequantize(qn)
+    assert torch.equal(qn.mn.view(torch.int16), qt.mn.view(torch.int16))
+    assert torch.equal(qn.rng.view(torch.int16), qt.rng.view(torch.int16))
+    assert qn.codes.shape == qt.codes.shape and qn.nbytes == qt.nbytes
+    assert (qn.group, qn.numel, qn.bits) == (qt.group, qt.numel, qt.bits)
+    dt_by_native = dequantize(qt)
+    with native.disabled():
+        dt_by_torch = dequantize(qt)
+    mn, step = _per_element_levels(qn, spec)
+    tol = step * 1e-5 + x.reshape(-1).abs() * 2 ** -21  # fp32 rounding of mn + code * step
+    assert bool(((dequantize(qn) - dn_by_torch).abs().reshape(-1) <= tol).all())
+    assert bool(((dt_by_native - dt_by_torch).abs().reshape(-1) <= tol).all())
+    # Native codes are stochastic roundings of x: one of the two grid points around it.
+    flat = x.reshape(-1).double()
+    d = dequantize(qn).reshape(-1).double()
+    assert bool(((d - flat).abs() <= step.double() * (1 + 1e-5) + tol).all())
+    assert bool(((d >= mn.double() - tol) & (d <= mn.double() + step.double() * ((1 << bits) - 1) + tol)).all())
+
+
+def test_native_result_does_not_depend_on_thread_split(codec_path):
+    if codec_path == "torch":
+        pytest.skip("the torch path draws one stream")
+    x = torch.randn(1 << 19, generator=_gen(9)).view(-1, 128)
+    old = torch.get_num_threads()
+    try:
+        out = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            out.append(quantize(x, QuantSpec(), _gen(4)))
+    finally:
+        torch.set_num_threads(old)
+    for q in out[1:]:
+        assert torch.equal(q.codes, out[0].codes) and torch.equal(q.mn, out[0].mn)
+
+
+@pytest.mark.parametrize("n", [1, 13, 4096, 300_001])
+def test_sign_and_two_valued_masks_are_lossless(n):
+    x = torch.randn(n, generator=_gen(6))
+    p = pack_positive(x)
+    assert p.nbytes == math.ceil(n / 8)
+    assert torch.equal(unpack_mask(p), (x > 0).float())
+    drop = (torch.rand(n, generator=_gen(7)) > 0.3).float() / 0.7
+    m = pack_two_valued(drop)
+    assert m is not None and m.value == pytest.approx(1 / 0.7) and m.nbytes == math.ceil(n / 8)
+    assert torch.equal(unpack_mask(m), drop)
+    assert pack_two_valued(x) is None  # an ordinary activation is not a mask
+    tricky = drop.clone()
+    tricky[-1] = 2.0  # {0, c} everywhere but at the very end
+    if n > 1:
+        assert pack_two_valued(tricky) is None

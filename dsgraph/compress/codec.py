@@ -5,12 +5,15 @@ row); the last block is padded by repeating its last value so padding never wide
 Each block stores its minimum and range in fp16/bf16, rounded *before* quantizing (minimum down,
 range up) so every value lies inside the stored range and the dequantization grid is exactly the
 one used for rounding: that keeps E[dequantize(quantize(x))] = x. Codes are clamped to
-[0, 2^bits - 1] and packed 8/bits per uint8 (pure torch, vectorized; no custom kernels), so the
-same code runs on CPU and CUDA tensors.
+[0, 2^bits - 1] and packed 8/bits per uint8.
 
-Random numbers come from a caller-supplied ``torch.Generator`` as 16-bit uniforms (four per int64
-draw: about half the cost of float ``torch.rand``); the rounding probability is then exact to
-2^-17 of a step, far below the statistical noise of any test or training run.
+Two implementations write the same format. Float32 CPU tensors with uniform levels go through
+fused C kernels (``native.py``: one pass per block, randomness from a hash of (seed, index) with
+the seed drawn from the caller's generator; rounding probability exact to 2^-25 of a step). Other
+tensors (CUDA, optimal levels, no C compiler, ``DSGRAPH_NATIVE=0``) use the vectorized pure-torch
+path, whose random numbers come from the caller-supplied ``torch.Generator`` as 16-bit uniforms
+(four per int64 draw: about half the cost of float ``torch.rand``), exact to 2^-17 of a step. Both
+are far below the statistical noise of any test or training run.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from dsgraph.compress import native
 from dsgraph.compress.levels import int2_levels, stochastic_round_levels
 
 STATS_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -215,6 +219,12 @@ def quantize(x: torch.Tensor, spec: QuantSpec, generator: torch.Generator) -> QT
     levels = None
     if spec.levels == "optimal":
         levels = int2_levels(group)
+    if levels is None and native.usable(flat):
+        seed = int(torch.randint(-(2 ** 63), 2 ** 63 - 1, (1,), generator=generator).item())
+        codes, mn16, rng16 = native.quantize(flat.contiguous(), group, spec.bits,
+                                             spec.stats_dtype == torch.float16, seed)
+        return QTensor(codes, mn16.view(spec.stats_dtype), rng16.view(spec.stats_dtype), n, group,
+                       spec.bits, None, shape, dtype, proj)
     full = n // group
     parts, mns, rngs = [], [], []
     if full:
@@ -239,6 +249,10 @@ def quantize(x: torch.Tensor, spec: QuantSpec, generator: torch.Generator) -> QT
 def dequantize(q: QTensor) -> torch.Tensor:
     """Reconstruct an unbiased estimate of the quantized tensor (shape and dtype of the original)."""
     top = (1 << q.bits) - 1
+    if q.levels is None and q.codes.device.type == "cpu" and native.available():
+        out = native.dequantize(q.codes, q.numel, q.group, q.bits, q.mn.dtype == torch.float16,
+                                q.mn.view(torch.int16), q.rng.view(torch.int16))
+        return _finish(out, q)
     values = q.levels if q.levels is not None else tuple(float(i) for i in range(top + 1))
     vals = unpack_values(q.codes, q.bits, values, q.numel)
     mn = q.mn.float().unsqueeze(1)
@@ -251,6 +265,11 @@ def dequantize(q: QTensor) -> torch.Tensor:
                       out=out[:body].view(full, q.group))
     if q.numel > body:
         torch.addcmul(mn[full:], vals[body:].view(1, -1), step[full:], out=out[body:].view(1, -1))
+    return _finish(out, q)
+
+
+def _finish(out: torch.Tensor, q: QTensor) -> torch.Tensor:
+    """Undo the projection of a dequantized flat vector and restore shape and dtype."""
     if q.proj is not None:
         seed, rows, in_dim, kept = q.proj
         out = out.view(rows, kept) @ projection_matrix(seed, in_dim, kept, out.device).t()
@@ -280,8 +299,35 @@ def pack_mask(mask: torch.Tensor, value: float, dtype: torch.dtype) -> PackedMas
     return PackedMask(pack_codes(flat.view(torch.uint8), 1), flat.numel(), float(value), mask.shape, dtype)
 
 
+def pack_positive(t: torch.Tensor) -> PackedMask:
+    """Lossless 1-bit mask of ``t > 0`` (unpacks to 1.0 / 0.0 in ``t``'s dtype)."""
+    if native.usable(t):
+        return PackedMask(native.pack_positive(t.contiguous()), t.numel(), 1.0, t.shape, t.dtype)
+    return pack_mask(t > 0, 1.0, t.dtype)
+
+
+def pack_two_valued(t: torch.Tensor) -> Optional[PackedMask]:
+    """A lossless 1-bit PackedMask if ``t`` holds only {0, c} with one c > 0 (a dropout mask), else None."""
+    flat = t.reshape(-1)
+    head = flat[:4096]
+    hmax = head.abs().amax()
+    if not bool(((head == 0) | (head.abs() == hmax)).all()):
+        return None  # cheap rejection of ordinary activations
+    if native.usable(t):  # test and pack in one pass
+        res = native.pack_nonzero(t.contiguous())
+        if res is None or not 0 < res[1] < math.inf:
+            return None
+        return PackedMask(res[0], t.numel(), res[1], t.shape, t.dtype)
+    c = flat.amax()
+    if not bool(c > 0) or not bool(((flat == 0) | (flat == c)).all()):
+        return None
+    return pack_mask(t != 0, float(c), t.dtype)
+
+
 def unpack_mask(p: PackedMask) -> torch.Tensor:
     """The {0, value} tensor a PackedMask stores (bool dtype gives the mask itself)."""
+    if p.dtype == torch.float32 and p.bits.device.type == "cpu" and native.available():
+        return native.unpack_mask(p.bits, p.numel, p.value).view(p.shape)
     if p.dtype == torch.bool:
         return unpack_values(p.bits, 1, (0.0, 1.0), p.numel, torch.uint8).view(p.shape).bool()
     return unpack_values(p.bits, 1, (0.0, p.value), p.numel, p.dtype).view(p.shape)

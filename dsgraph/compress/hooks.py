@@ -36,7 +36,8 @@ from typing import Any, ContextManager, Iterable, Optional
 import torch
 
 from dsgraph.compress.codec import (STATS_DTYPES, PackedMask, QTensor, QuantSpec, dequantize,
-                                    pack_mask, quantize, unpack_mask)
+                                    pack_mask, pack_positive, pack_two_valued, quantize,
+                                    unpack_mask)
 from dsgraph.compress.config import CompressionConfig
 from dsgraph.errors import ConfigError
 
@@ -52,7 +53,6 @@ NONLINEAR_SAVERS = frozenset({"EdgeSoftmax"})
 NONLINEAR_BITS = 8
 # Roles whose pack serves any other role's consumer too (more exact than INT-b values).
 _SHARED_ROLES = ("exact", "nonlinear")
-_SAMPLE = 4096  # values inspected before a full {0, c} test
 
 
 @dataclass
@@ -97,7 +97,7 @@ class _Entry:
     def __init__(self, t: torch.Tensor) -> None:
         self.ref = weakref.ref(t)
         self.roles: dict[str, _Handle | torch.Tensor] = {}
-        self.two_valued: Optional[float] | bool = False  # False = not tested yet
+        self.two_valued: Optional[PackedMask] | bool = False  # False = not tested yet
 
 
 def spec_from_config(cfg: CompressionConfig) -> QuantSpec:
@@ -111,19 +111,6 @@ def spec_from_config(cfg: CompressionConfig) -> QuantSpec:
 def _is_parameter(t: torch.Tensor) -> bool:
     base = t._base if t._base is not None else t
     return base.is_leaf and base.requires_grad
-
-
-def _two_valued(t: torch.Tensor) -> Optional[float]:
-    """c if ``t`` holds only values in {0, c} with c != 0 (a dropout mask), else None."""
-    flat = t.reshape(-1)
-    head = flat[:_SAMPLE]
-    hmax = head.abs().amax()
-    if not bool(((head == 0) | (head.abs() == hmax)).all()):
-        return None  # cheap rejection of ordinary activations
-    c = flat.amax()
-    if not bool(c > 0) or not bool(((flat == 0) | (flat == c)).all()):
-        return None
-    return float(c)
 
 
 def saving_op() -> str:
@@ -254,19 +241,17 @@ class Compressor:
         op = saving_op()
         # The first save of a ReLU output is ReLU's own (it saves its result while running).
         if (first and grad_fn in SIGN_ONLY_OUTPUTS) or op in SIGN_ONLY_INPUTS:
-            return "sign", lambda: _Handle(pack_mask(t > 0, 1.0, t.dtype))
+            return "sign", lambda: _Handle(pack_positive(t))
         if op in NONLINEAR_SAVERS:
             return "nonlinear", lambda: _Handle(quantize(t, self.spec_nonlinear,
                                                          self._generator(t.device)))
         if not t.requires_grad:
-            if entry.two_valued is False and op == "dropout":
-                # F.dropout's saved mask is bernoulli(1-p) / (1-p) by construction: {0, c} exactly.
-                entry.two_valued = float(t.amax())
             if entry.two_valued is False:
-                entry.two_valued = _two_valued(t)
-            if entry.two_valued is not None:
-                c = entry.two_valued
-                return "mask", lambda: _Handle(pack_mask(t != 0, c, t.dtype))
+                # A {0, c} tensor (CPU dropout mask) is tested and packed in one go.
+                entry.two_valued = pack_two_valued(t)
+            mask = entry.two_valued
+            if mask is not None:
+                return "mask", lambda: _Handle(mask)
             if t.dim() >= 2 and t.numel() == t.shape[0]:
                 return "exact", lambda: t
         return "values", lambda: _Handle(quantize(t, self.spec, self._generator(t.device)))
