@@ -101,3 +101,26 @@ def test_kernel_mpnn_registry_and_shapes():
     assert len(shared.convs) == 1
     with pytest.raises(ConfigError, match="model.args"):
         build_model("mpnn", 3, 2, {"depth": 3})
+
+
+def test_local_build_matches_full_graph_and_plans_agree():
+    """A worker building only the edges into its own nodes gets exactly the full graph's edges
+    into them; near-pair plans send each peer exactly the rows it expects, a superset of the
+    rows the kept edges read."""
+    pos, x = _points(700)
+    nodes = np.random.default_rng(4).choice(700, 400, replace=False)
+    full = sampling.build(pos, x, x[:, 1:], nodes, 0.12, 6, np.random.default_rng(5))
+    owner = bisection(pos[nodes], 3)
+    plans = []
+    for r in range(3):
+        local = sampling.build(pos, x, x[:, 1:], nodes, 0.12, 6, np.random.default_rng(5),
+                               dst_mask=owner == r)
+        ref = full.restrict(owner == r)
+        for name in ("src", "dst", "efeat", "near_src", "near_dst"):
+            assert np.array_equal(getattr(local, name), getattr(ref, name)), name
+        plans.append(make_plan(owner, local.src, local.dst, r, 3, near=(local.near_src, local.near_dst)))
+    exact = [make_plan(owner, full.src, full.dst, r, 3) for r in range(3)]
+    for p, e in zip(plans, exact):
+        assert set(e.halo) <= set(p.halo) and np.array_equal(p.nodes[p.src], e.nodes[e.src])
+        for q, rows in p.recv.items():
+            assert np.array_equal(plans[q].nodes[plans[q].send[p.rank].numpy()], p.nodes[rows.numpy()])

@@ -7,24 +7,37 @@ import torch
 import torch.distributed as dist
 
 from dsgraph.physics import sampling
-from dsgraph.physics.decompose import decompose
+from dsgraph.physics.decompose import bisection, decompose
 from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
 from dsgraph.physics.halo import HaloExchange, LocalPlan, allreduce_grads, exchange, make_plan
 
 
-def sample_graph(fs: FieldSet, i: int, nodes: np.ndarray | None, ph, coef_cols: slice,
-                 rng: np.random.Generator) -> sampling.SampledGraph:
-    """The capped radius graph of sample ``i`` over ``nodes`` (None: draw ``ph.sampled_nodes``)."""
+def local_graph(fs: FieldSet, i: int, nodes: np.ndarray | None, ph, coef_cols: slice,
+                rng: np.random.Generator, rank: int = 0, world: int = 1,
+                seed: int = 0) -> tuple[sampling.SampledGraph, LocalPlan]:
+    """Worker ``rank``'s part of the capped radius graph of sample ``i`` over ``nodes`` (None:
+    draw ``ph.sampled_nodes``) and its halo plan.
+
+    Every worker draws the same nodes and cap seed from ``rng``. With coordinate bisection the
+    owners follow from the positions alone, so each worker builds only the edges into its own
+    nodes; METIS needs the whole graph first.
+    """
     x = fs.x[i]
     if nodes is None:
         nodes = sampling.sample_nodes(len(x), ph.sampled_nodes, rng)
-    return sampling.build(fs.pos[i], x, x[:, coef_cols], nodes, ph.radius, ph.max_edges, rng)
-
-
-def plan_for(sg: sampling.SampledGraph, ph, rank: int, world: int, seed: int = 0) -> LocalPlan:
-    """Decompose ``sg`` into ``world`` subdomains and return worker ``rank``'s plan."""
-    owner = decompose(sg.pos, sg.src, sg.dst, world, ph.decomposition, seed)
-    return make_plan(owner, sg.src, sg.dst, rank, world)
+    pos, coef = fs.pos[i], x[:, coef_cols]
+    if world == 1:
+        sg = sampling.build(pos, x, coef, nodes, ph.radius, ph.max_edges, rng)
+        owner = np.zeros(len(nodes), dtype=np.int64)
+    elif ph.decomposition == "bisection":
+        owner = bisection(pos[nodes].astype(np.float64), world)
+        sg = sampling.build(pos, x, coef, nodes, ph.radius, ph.max_edges, rng,
+                            dst_mask=owner == rank)
+    else:
+        sg = sampling.build(pos, x, coef, nodes, ph.radius, ph.max_edges, rng)
+        owner = decompose(sg.pos, sg.src, sg.dst, world, ph.decomposition, seed)
+        sg = sg.restrict(owner == rank)
+    return sg, make_plan(owner, sg.src, sg.dst, rank, world, near=(sg.near_src, sg.near_dst))
 
 
 def local_forward(model: torch.nn.Module, sg: sampling.SampledGraph, plan: LocalPlan,
@@ -84,8 +97,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
     total = 0.0
     for i in order:
         rng = np.random.default_rng([seed, epoch, int(i)])
-        sg = sample_graph(fs, int(i), None, ph, data.coef_cols, rng)
-        plan = plan_for(sg, ph, rank, world, seed)
+        sg, plan = local_graph(fs, int(i), None, ph, data.coef_cols, rng, rank, world, seed)
         pred = local_forward(model, sg, plan, dtype)
         loss = local_loss(pred, fs.y[i][sg.nodes], plan)
         opt.zero_grad(set_to_none=True)
@@ -110,8 +122,7 @@ def predict(model: torch.nn.Module, data: FieldData, fs: FieldSet, ph, seed: int
         for r in range(repeats):
             rng = np.random.default_rng([seed, 10_000_019, i, r])
             for nodes in sampling.cover_groups(fs.num_points, ph.sampled_nodes, rng):
-                sg = sample_graph(fs, i, nodes, ph, data.coef_cols, rng)
-                plan = plan_for(sg, ph, rank, world, seed)
+                sg, plan = local_graph(fs, i, nodes, ph, data.coef_cols, rng, rank, world, seed)
                 pred = local_forward(model, sg, plan, dtype)[:plan.num_owned]
                 acc[sg.nodes[plan.owned]] += pred.double().numpy()
         if world > 1:

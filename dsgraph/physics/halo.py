@@ -44,25 +44,42 @@ class LocalPlan:
         return sum(len(r) for r in self.recv.values()) * width * itemsize
 
 
-def make_plan(owner: np.ndarray, src: np.ndarray, dst: np.ndarray, rank: int, world: int) -> LocalPlan:
-    """The plan of worker ``rank`` for a graph with per-node ``owner`` ids and edges src -> dst."""
+def make_plan(owner: np.ndarray, src: np.ndarray, dst: np.ndarray, rank: int, world: int,
+              near: tuple[np.ndarray, np.ndarray] | None = None) -> LocalPlan:
+    """The plan of worker ``rank`` for a graph with per-node ``owner`` ids and edges src -> dst.
+
+    Without ``near``, ``src``/``dst`` must be the whole graph: the halo is exactly the foreign
+    sources of edges into owned nodes, and what to send to q follows from the edges into q's nodes.
+    With ``near`` = (src, dst) of every within-radius pair into the owned nodes (before the edge
+    cap), ``src``/``dst`` need only the edges into owned nodes: halo and send lists then cover
+    every foreign node within the radius. Both sides derive them from the same symmetric pairs,
+    so they agree without metadata, and a few rows travel that no kept edge reads.
+    """
     n = len(owner)
     owned = np.flatnonzero(owner == rank)
-    mine = owner[dst] == rank
-    edges = np.flatnonzero(mine)
-    foreign = src[edges][owner[src[edges]] != rank]
-    halo = np.unique(foreign)
+    edges = np.flatnonzero(owner[dst] == rank)
+    if near is None:
+        a_src, a_dst = src[edges], dst[edges]
+    else:
+        k = owner[near[1]] == rank
+        a_src, a_dst = near[0][k], near[1][k]
+    halo = np.unique(a_src[owner[a_src] != rank])
     local = -np.ones(n, dtype=np.int64)
     local[owned] = np.arange(len(owned))
     local[halo] = len(owned) + np.arange(len(halo))
     plan = LocalPlan(rank=rank, world=world, owned=owned, halo=halo, edges=edges,
                      src=local[src[edges]], dst=local[dst[edges]], global_owned=n)
-    cross = owner[src] != owner[dst]
+    if near is None:
+        cross = owner[src] != owner[dst]
     for q in range(world):
         if q == rank:
             continue
-        # Rows q needs from me: my nodes that are sources of edges into q's nodes.
-        out = np.unique(src[cross & (owner[dst] == q) & (owner[src] == rank)])
+        if near is None:
+            # Rows q needs from me: my nodes that are sources of edges into q's nodes.
+            out = np.unique(src[cross & (owner[dst] == q) & (owner[src] == rank)])
+        else:
+            # My nodes with a node of q within the radius (pairs are symmetric).
+            out = np.unique(a_dst[owner[a_src] == q])
         inc = halo[owner[halo] == q]
         if len(out):
             plan.send[q] = torch.from_numpy(local[out])

@@ -14,22 +14,28 @@ TOL = 1e-5
 WIDTH, LAYERS = 8, 3
 
 
-def _problem():
-    """A small Darcy sample, its sampled radius graph and a seeded model (same in every process)."""
+def _problem(rank: int = 0, world: int = 1, method: str = "bisection"):
+    """A small Darcy sample, worker ``rank``'s part of its sampled radius graph (built the way
+    training builds it: edges into owned nodes only) and a seeded model (same in every process)."""
+    from types import SimpleNamespace
+
     from dsgraph.data import darcy
     from dsgraph.models.mpnn import KernelMPNN
-    from dsgraph.physics import sampling
+    from dsgraph.physics import engine, sampling
+    from dsgraph.physics.fields import FieldSet
 
     a, u = darcy.sample(24, seed=5, index=0)
     pos = darcy.grid_positions(24)
     x = np.concatenate([pos, (a.reshape(-1, 1) - 7.5) / 4.5], 1).astype(np.float32)
     y = (u.reshape(-1, 1) / u.max()).astype(np.float32)
-    rng = np.random.default_rng(11)
-    sg = sampling.sample_graph(pos, x, x[:, 2:], 300, 0.15, 10, rng)
+    fs = FieldSet(pos=pos[None], x=x[None], y=y[None], y_raw=y[None])
+    ph = SimpleNamespace(sampled_nodes=300, radius=0.15, max_edges=10, decomposition=method)
+    sg, plan = engine.local_graph(fs, 0, None, ph, slice(2, None), np.random.default_rng(11),
+                                  rank, world, seed=0)
     torch.manual_seed(3)
     model = KernelMPNN(in_feats=3, num_classes=1, edge_feats=sampling.edge_feat_dim(1),
                        width=WIDTH, layers=LAYERS, kernel_hidden=16)
-    return sg, y[sg.nodes], model
+    return sg, plan, y[sg.nodes], model
 
 
 def _run(sg, target, model, plan, exchange_cls=None):
@@ -74,14 +80,11 @@ def _worker(rank: int, world: int, port: int, method: str, out_dir: str) -> None
 def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
     import torch.distributed as dist
     from dsgraph.physics import halo
-    from dsgraph.physics.decompose import decompose
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=__import__("datetime").timedelta(seconds=60))
-    sg, target, model = _problem()
-    owner = decompose(sg.pos, sg.src, sg.dst, world, method, seed=0)
-    plan = halo.make_plan(owner, sg.src, sg.dst, rank, world)
+    sg, plan, target, model = _problem(rank, world, method)
     res = {"owned": torch.from_numpy(plan.owned), "nodes": torch.from_numpy(plan.nodes),
            "halo": len(plan.halo)}
     res["out"] = _run(sg, target, model, plan)
@@ -131,9 +134,7 @@ def _spawn(world: int, method: str, out_dir: Path, timeout: float = 90.0) -> lis
 
 
 def _reference():
-    from dsgraph.physics import halo
-    sg, target, model = _problem()
-    plan = halo.make_plan(np.zeros(sg.num_nodes, dtype=np.int64), sg.src, sg.dst, 0, 1)
+    sg, plan, target, model = _problem()
     out = _run(sg, target, model, plan)
     return sg, out, {n: p.grad.clone() for n, p in model.named_parameters()}
 
