@@ -98,7 +98,7 @@ def test_airfoil_samples_layout_and_density():
     assert np.all(s["x"][:n_surf, 2] == 0) and np.all(s["x"][n_surf:, 2] > 0)
     speed, alpha = s["params"][3], s["params"][2]
     assert np.allclose(s["x"][:, 3:], [speed * np.cos(alpha), speed * np.sin(alpha)], atol=1e-6)
-    cp = 1 - (s["y"][:, 0] ** 2 + s["y"][:, 1] ** 2) / speed ** 2
+    cp = 1 - (s["y"][:, 0] ** 2 + s["y"][:, 1] ** 2)  # velocities are in units of U
     assert np.allclose(s["y"][:, 2], cp, atol=1e-5) and s["y"][:, 2].max() <= 1.0 + 1e-6
     # Denser near the surface: typical point spacing there is far smaller than far away.
     from scipy.spatial import cKDTree

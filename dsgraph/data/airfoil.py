@@ -8,7 +8,13 @@ complex velocity u - i v = W'(zeta) / (dz/dzeta) everywhere outside the airfoil.
 
 Coordinates are scaled by 1/4 so the chord is about 1 (trailing edge at x = 0.5). Points are
 sampled outside the circle with a log-uniform radius, so they are densest near the surface.
-Inputs per point: (x, y, distance to surface, U cos alpha, U sin alpha); targets: (u, v, Cp).
+Inputs per point: (x, y, distance to surface, U cos alpha, U sin alpha); targets: (u/U, v/U, Cp),
+all dimensionless, so they depend on the shape and angle of attack only, not on the speed U.
+
+Parameter ranges avoid the near-singular leading-edge suction peaks of thin Joukowski sections at
+high incidence: with thickness s down to 0.04 and alpha up to 15 degrees, Cp reached -27 and the
+0.1% most extreme points held 44% of the Cp variance, so a standardized RMSE mostly measured a
+handful of leading-edge points. With s in [0.08, 0.2] and alpha in [-5, 10] degrees, Cp stays above about -5.5.
 """
 from __future__ import annotations
 
@@ -22,9 +28,9 @@ from scipy.spatial import cKDTree
 SCALE = 0.25  # z-plane chord ~4 -> ~1
 OUTER = 8.0  # outer radius of the sampled region, in circle radii (~2 chords)
 SURFACE_FRACTION = 0.05  # share of points placed exactly on the surface
-THICKNESS = (0.04, 0.15)  # s range
+THICKNESS = (0.08, 0.20)  # s range
 CAMBER = (0.0, 0.15)  # t range
-ALPHA_DEG = (-5.0, 15.0)
+ALPHA_DEG = (-5.0, 10.0)
 SPEED = (0.5, 1.5)
 
 
@@ -105,7 +111,7 @@ def sample(points: int, seed: int, index: int) -> dict[str, np.ndarray]:
     free = foil.speed * np.array([np.cos(foil.alpha), np.sin(foil.alpha)])
     pos = np.stack([z.real, z.imag], 1)
     x = np.concatenate([pos, dist[:, None], np.broadcast_to(free, (points, 2))], 1)
-    y = np.stack([vel.real, vel.imag, cp], 1)
+    y = np.stack([u, v, cp], 1)
     params = np.array([foil.s, foil.t, foil.alpha, foil.speed])
     return {"pos": pos.astype(np.float32), "x": x.astype(np.float32), "y": y.astype(np.float32),
             "params": params}
@@ -137,7 +143,8 @@ def load(cache_dir: str | Path, points: int, num_samples: int, seed: int, worker
     from dsgraph.data.cache import cached_npz, param_hash
 
     params = {"kind": "airfoil", "points": points, "num_samples": num_samples, "seed": seed,
-              "outer": OUTER, "surface": SURFACE_FRACTION, "version": 1}
+              "outer": OUTER, "surface": SURFACE_FRACTION, "thickness": THICKNESS,
+              "alpha_deg": ALPHA_DEG, "version": 2}
     path = Path(cache_dir) / f"airfoil-{param_hash(params)}.npz"
 
     return cached_npz(path, lambda: generate(points, num_samples, seed, workers, progress))
