@@ -76,7 +76,7 @@ def worker_main(run_dir: Path) -> None:
     from dsgraph.compress import compression_context
     from dsgraph.runs import (MetricsLog, end_epoch, epoch_seed, load_run_config, peak_rss_mb,
                               restore, seed_everything)
-    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model
+    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, prepare_model
     from dsgraph.sar.worker import setup_worker
 
     t_start = time.perf_counter()
@@ -96,7 +96,7 @@ def worker_main(run_dir: Path) -> None:
 
     seed_everything(cfg.train.seed)
     model = build_model(cfg.model.name, x.shape[1], int(max_label) + 1, cfg.model.args).to(dtype)
-    check_model(model)
+    prepare_model(model)
     broadcast_parameters(model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr,
                            weight_decay=cfg.train.weight_decay)

@@ -5,12 +5,12 @@ that advances identically on all ranks; gloo matches a send to a receive by (pee
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import torch
 import torch.distributed as dist
 
-_TAG_STRIDE = 1 << 10  # room for one tag per ring round (world size < 1024)
+_TAG_STRIDE = 1 << 12  # room for a few tags per ring round (world size < 1024)
 
 
 class Comm:
@@ -23,7 +23,7 @@ class Comm:
 
     def next_tag(self) -> int:
         """A fresh tag base for one ring of transfers (identical sequence on every rank)."""
-        self._seq = (self._seq + 1) % (1 << 20)
+        self._seq = (self._seq + 1) % (1 << 18)  # tags stay below 2**30
         return self._seq * _TAG_STRIDE
 
     def isend(self, t: torch.Tensor, peer: int, tag: int):
@@ -36,54 +36,61 @@ class Comm:
         return dist.irecv(t, peer, tag=tag)
 
 
+Tensors = Union[torch.Tensor, tuple[torch.Tensor, ...]]
+
+
 class _Round:
-    """One ring round in flight: the receive buffer and the send buffer it must keep alive."""
+    """One ring round in flight: the receive buffers and the send buffers it must keep alive."""
 
     __slots__ = ("part", "recv", "send", "works")
 
-    def __init__(self, part: int, recv: Optional[torch.Tensor], send: Optional[torch.Tensor],
-                 works: list) -> None:
+    def __init__(self, part: int, recv: Optional[tuple], send: list, works: list) -> None:
         self.part, self.recv, self.send, self.works = part, recv, send, works
 
-    def wait(self) -> Optional[torch.Tensor]:
+    def wait(self) -> Optional[tuple]:
         for w in self.works:
             w.wait()
         self.send = None
         return self.recv
 
 
-def ring_fetch(comm: Comm, need: list[int], send_rows: list[torch.Tensor], x: torch.Tensor,
-               prefetch: bool = True) -> Iterator[tuple[int, Optional[torch.Tensor]]]:
+def ring_fetch(comm: Comm, need: list[int], send_rows: list[torch.Tensor], x: Tensors,
+               prefetch: bool = True) -> Iterator[tuple[int, Optional[Tensors]]]:
     """Yield ``(part, rows)`` for every part: first ``(rank, x)`` itself, then for round r the
     ``need[part]`` rows this worker needs from part ``rank - r`` (None when it needs none),
     while sending part ``rank + r`` the rows ``send_rows[rank + r]`` of ``x`` it needs.
 
-    At most two rounds are in flight (one with ``prefetch=False``), so at most two remote
-    blocks are alive; the consumer must drop each block before asking for the next.
+    ``x`` may be a tuple of tensors with the same rows (one message each, same round): the
+    rows then come as a tuple too. At most two rounds are in flight (one with
+    ``prefetch=False``), so at most two remote blocks are alive; the consumer must drop each
+    block before asking for the next.
     """
     k, n = comm.rank, comm.world
+    single = isinstance(x, torch.Tensor)
+    xs = (x,) if single else tuple(x)
+    xs = tuple(t.detach() for t in xs)
+    nt = len(xs)
     tag = comm.next_tag()
-    x = x.detach()
 
     def post(r: int) -> _Round:
         src, dst = (k - r) % n, (k + r) % n
-        works, recv, send = [], None, None
+        works, recv, send = [], None, []
         if need[src] > 0:
-            recv = x.new_empty((need[src],) + tuple(x.shape[1:]))
-            works.append(comm.irecv(recv, src, tag + r))
+            recv = tuple(t.new_empty((need[src],) + tuple(t.shape[1:])) for t in xs)
+            works += [comm.irecv(b, src, tag + r * nt + i) for i, b in enumerate(recv)]
         if send_rows[dst].numel() > 0:
-            send = x.index_select(0, send_rows[dst])
-            works.append(comm.isend(send, dst, tag + r))
+            send = [t.index_select(0, send_rows[dst]) for t in xs]
+            works += [comm.isend(b, dst, tag + r * nt + i) for i, b in enumerate(send)]
         return _Round(src, recv, send, works)
 
     pending = post(1) if (n > 1 and prefetch) else None
-    yield k, x
+    yield k, (xs[0] if single else xs)
     for r in range(1, n):
         cur = pending if pending is not None else post(r)
         pending = post(r + 1) if (prefetch and r + 1 < n) else None
         rows = cur.wait()
         del cur
-        yield (k - r) % n, rows
+        yield (k - r) % n, (rows[0] if single and rows is not None else rows)
         del rows
 
 
@@ -91,28 +98,35 @@ class GradPush:
     """Return gradients of fetched rows to their owners; owners add them into ``grad_x``.
 
     Round r sends the gradient of part ``rank - r``'s rows to it and receives, from part
-    ``rank + r``, the gradient of the rows this worker sent it in the forward ring.
+    ``rank + r``, the gradient of the rows this worker sent it in the forward ring. With
+    several gradients per row (``row_shape`` a list of shapes, ``grad_x`` a list of targets)
+    each travels as its own message of the round.
     """
 
     def __init__(self, comm: Comm, need: list[int], send_rows: list[torch.Tensor],
-                 grad_x: Optional[torch.Tensor], row_shape: tuple[int, ...],
+                 grad_x: Optional[Tensors], row_shape: Union[tuple[int, ...], list],
                  dtype: torch.dtype) -> None:
         self.comm, self.need, self.send_rows, self.grad_x = comm, need, send_rows, grad_x
-        self.row_shape, self.dtype = row_shape, dtype
+        self.single = not isinstance(row_shape, list)
+        self.row_shapes = [tuple(row_shape)] if self.single else [tuple(s) for s in row_shape]
+        self.dtype = dtype
         self.tag = comm.next_tag()
-        self._inflight: list[tuple[Optional[torch.Tensor], Optional[torch.Tensor], list, int]] = []
+        self._inflight: list[tuple[Optional[list], Optional[list], list, int]] = []
 
-    def push(self, r: int, grad_rows: Optional[torch.Tensor]) -> None:
+    def push(self, r: int, grad_rows: Optional[Tensors]) -> None:
         """Round ``r`` (1..world-1): send ``grad_rows`` (rows of part rank-r), post the receive."""
         k, n = self.comm.rank, self.comm.world
         src, dst = (k + r) % n, (k - r) % n
+        nt = len(self.row_shapes)
         works, recv, send = [], None, None
-        if self.send_rows[src].numel() > 0:
-            recv = torch.empty((self.send_rows[src].numel(),) + self.row_shape, dtype=self.dtype)
-            works.append(self.comm.irecv(recv, src, self.tag + r))
+        rows = self.send_rows[src].numel()
+        if rows > 0:
+            recv = [torch.empty((rows,) + s, dtype=self.dtype) for s in self.row_shapes]
+            works += [self.comm.irecv(b, src, self.tag + r * nt + i) for i, b in enumerate(recv)]
         if self.need[dst] > 0:
-            send = grad_rows.contiguous()
-            works.append(self.comm.isend(send, dst, self.tag + r))
+            gs = (grad_rows,) if self.single else tuple(grad_rows)
+            send = [g.contiguous() for g in gs]
+            works += [self.comm.isend(b, dst, self.tag + r * nt + i) for i, b in enumerate(send)]
         self._inflight.append((recv, send, works, src))
         if len(self._inflight) > 1:  # bound live gradient buffers (one round in flight)
             self._complete(self._inflight.pop(0))
@@ -122,7 +136,9 @@ class GradPush:
         for w in works:
             w.wait()
         if recv is not None and self.grad_x is not None:
-            self.grad_x.index_add_(0, self.send_rows[src], recv)
+            targets = (self.grad_x,) if self.single else tuple(self.grad_x)
+            for t, b in zip(targets, recv):
+                t.index_add_(0, self.send_rows[src], b)
 
     def finish(self) -> None:
         """Wait for every transfer and add the received gradients."""

@@ -89,7 +89,7 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
 
     import torch.distributed as dist
 
-    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, check_model, global_sum
+    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, global_sum, prepare_model
     from dsgraph.sar.worker import setup_worker
 
     import faulthandler
@@ -108,7 +108,7 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
             w.set_mode(case["mode"])
             sent0 = w.comm.bytes_sent
             model = make_model(case, nd["feat"].shape[1], case["num_classes"], seed)
-            check_model(model)
+            prepare_model(model)
             broadcast_parameters(model)
             x = nd["feat"].to(getattr(torch, case["dtype"]))
             sync = allreduce_gradients if world > 1 else None

@@ -8,7 +8,9 @@ in-edge of a node lives with the node. With nothing remote anywhere the calls go
 DGL on the local graph: no copies, no custom autograd.
 
 Layers known to work: GraphConv, SAGEConv (mean, gcn, pool), GATConv (``edge_softmax`` reads
-``graph._graph``, which is the local block's graph index). See ``dsgraph.sar.model``.
+``graph._graph``, which is the local block's graph index; in ``sar`` mode a model prepared by
+``dsgraph.sar.model.prepare_model`` runs GATConv's attention as one fused op instead, see
+``dsgraph.sar.attention``). See ``dsgraph.sar.model``.
 """
 from __future__ import annotations
 
@@ -156,6 +158,10 @@ class SarGraph:
             out = self._sddmm(func.binary_op, _TARGET[func.lhs], _TARGET[func.rhs],
                               func.lhs_field, func.rhs_field)
         self._edata[func.out_field] = out
+
+    def fused_attention_ok(self) -> bool:
+        """Whether GATConv should run the fused SAR attention (``sar`` mode, remote rows)."""
+        return self._rt.mode == "sar" and self._plan.any_remote
 
     def __getattr__(self, name: str):
         if name.startswith("__"):

@@ -27,6 +27,20 @@ def check_model(model: nn.Module) -> None:
                             f"{SUPPORTED}")
 
 
+def prepare_model(model: nn.Module) -> nn.Module:
+    """Check the layers (:func:`check_model`) and route every GATConv through the fused SAR
+    attention (``dsgraph.sar.attention.gat_forward``, which defers to DGL's own forward off a
+    SAR graph or outside ``sar`` mode). Returns ``model``, changed in place."""
+    import types
+
+    from dsgraph.sar.attention import gat_forward
+    check_model(model)
+    for mod in model.modules():
+        if type(mod).__name__ == "GATConv" and type(mod).__module__.startswith("dgl.nn"):
+            mod.forward = types.MethodType(gat_forward, mod)
+    return model
+
+
 def broadcast_parameters(model: nn.Module) -> None:
     """Make every worker's parameters and buffers equal to rank 0's."""
     for t in model.state_dict().values():

@@ -85,7 +85,10 @@ def _linear_grads(spec: OpSpec, plan: ShardPlan, j: int, gout: torch.Tensor,
     if spec.kind == "spmm":
         if need_u:
             rg = plan.reverse_shard(j)
-            if spec.op == "copy_lhs":
+            if spec.op == "copy_lhs" and spec.reduce == "mean":
+                d = plan.edge_dst_degree(j, gout.dtype).view((-1,) + (1,) * (gout.dim() - 1))
+                gu = dgl.ops.gspmm(rg, "div", "sum", gout, d)
+            elif spec.op == "copy_lhs":
                 gu = dgl.ops.gspmm(rg, "copy_lhs", "sum", gout, None)
             else:
                 gu = dgl.ops.gspmm(rg, spec.op, "sum", gout, ej)
@@ -157,8 +160,9 @@ class ShardOp(torch.autograd.Function):
             del p
         if spec.kind == "spmm":
             deg = plan.in_degrees.view((-1,) + (1,) * (acc.dim() - 1))
-            if spec.reduce == "mean":
-                acc = acc / deg.clamp(min=1).to(acc.dtype)
+            if spec.reduce == "mean":  # in place: acc is this op's own buffer unless kept
+                d = deg.clamp(min=1).to(acc.dtype)
+                acc = acc / d if keep else acc.div_(d)
             elif minmax:
                 # as DGLGraph.update_all: no message -> 0, and no gradient flows there
                 dead = torch.isinf(acc)
@@ -177,7 +181,11 @@ class ShardOp(torch.autograd.Function):
         rt, spec, plan = ctx.rt, ctx.spec, ctx.rt.plan
         u, v, e = ctx.saved_tensors
         need_u, need_v, need_e = ctx.needs
-        if spec.kind == "spmm" and spec.reduce == "mean":
+        # copy_u + mean divides per edge inside each shard's transposed SpMM (see
+        # _linear_grads): no node-sized copy of gout / degree stays alive through backward.
+        per_edge_mean = ctx.linear and spec.kind == "spmm" and spec.reduce == "mean" \
+            and spec.op == "copy_lhs"
+        if spec.kind == "spmm" and spec.reduce == "mean" and not per_edge_mean:
             deg = plan.in_degrees.view((-1,) + (1,) * (gout.dim() - 1))
             gout = gout / deg.clamp(min=1).to(gout.dtype)
         # Gradient buffers are taken over from the local shard (processed first) when it

@@ -162,6 +162,10 @@ class ShardPlan:
         for g in graphs:
             g.create_formats_()
 
+    def edge_dst_degree(self, j: int, dtype: torch.dtype) -> torch.Tensor:
+        """In-degree (at least 1) of each shard-j edge's destination, as ``dtype`` (mean)."""
+        return self.in_degrees.clamp(min=1).to(dtype)[self._shard_dst[j].long()]
+
     def edge_slice(self, t: Optional[torch.Tensor], j: int) -> Optional[torch.Tensor]:
         """The rows of a local edge tensor that belong to shard j (a view)."""
         if t is None:
