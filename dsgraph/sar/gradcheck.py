@@ -89,7 +89,8 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
 
     import torch.distributed as dist
 
-    from dsgraph.sar.model import allreduce_gradients, broadcast_parameters, global_sum, prepare_model
+    from dsgraph.sar.model import (allreduce_gradients, broadcast_parameters, global_sum,
+                                   prepare_model)
     from dsgraph.sar.worker import setup_worker
 
     import faulthandler
