@@ -1,37 +1,54 @@
 """DS-MPNN on Darcy and airfoil fields: accuracy vs sampled nodes and vs edge cap, 1 vs 2 workers.
 
-Every run is a real ``train.dsmpnn`` job (run folder, supervised gloo workers, full-field test
-inference); the record takes test RMSE (standardized target units) and relative L2, the workers'
-training and inference seconds and the largest per-worker peak RSS from its metrics.json.
-Sweeps: ``nodes`` (s at a fixed edge cap), ``edges`` (n_e at fixed s), ``workers`` (P = 1 vs 2
-at the base setting, one torch thread per worker on a 2-core machine).
+Every full-run record is a real ``train.dsmpnn`` job (run folder, supervised workers, full-field
+test inference); it takes test RMSE (standardized target units) and relative L2, times, and the
+largest per-worker peak RSS from the run's metrics.json / metrics.jsonl.
+Sweeps: ``nodes`` (s at a fixed edge cap), ``edges`` (n_e at fixed s): accuracy only, so they run
+as 1-worker jobs two at a time (one per core; P = 2 gives the same numbers, see ``workers``).
+``workers``: P = 1, then P = 2 at the base setting, each job alone, one thread per worker; speed
+is the median epoch time with the first (warm-up) epoch excluded, and the record keeps the load
+(1-minute load average, CPU share of other processes) the job ran under.
 """
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
-from benchmarks.harness import Report
+from benchmarks.harness import Report, median
+from dsgraph.fsutil import atomic_write_text
 
 CACHE = "data"  # the project's dataset cache (git-ignored), shared with `python -m train`
-COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse", "test_rel_l2",
-           "train_s", "infer_s", "peak_rss_mb", "train_mem_mb", "epochs"]
+COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
+           "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s", "allreduce_s",
+           "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share"]
+RECORD_KEYS = ["test_rmse", "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s",
+               "allreduce_s", "step_s", "train_s", "infer_s", "peak_rss_mb", "train_mem_mb",
+               "peak_rss_mb_per_worker", "final_loss", "epoch_s_all", "load1_start", "load1_end",
+               "other_cpu_share"]
 
-# Per dataset: base config file, fixed overrides, the base (s, n_e), the swept values, and the
-# neighbourhood radius of each sweep (the node sweep uses a smaller radius so that sparse samples
-# really have fewer neighbours; the edge sweep a larger one so that 64 candidates exist).
+# Per dataset: base config file, fixed overrides, the base (s, n_e) of the workers comparison,
+# the swept values, and the neighbourhood radius of each sweep. The node sweep keeps the radius
+# and cap fixed, so sparse samples have few neighbours (Darcy r = 0.08: ~5 candidates at s = 250,
+# ~80 at s = 4000) and a coarse view of the inputs; the edge sweep uses a radius with >= 64
+# candidates at s = 1000. The workers base equals the node sweep's s = 2000 point, whose 1-worker
+# run is then shared. Training: 100 fields x 5 epochs = 500 steps, cosine learning-rate decay.
 FULL = {
     "darcy": {"config": "configs/darcy.yaml",
-              "set": ["physics.resolution=85", "physics.train_samples=40", "physics.test_samples=10",
-                      "train.epochs=6", "train.lr=0.01"],
-              "base": (1000, 16), "nodes": [500, 1000, 2000, 4000], "edges": [8, 16, 32, 64],
-              "radius": {"workers": 0.12, "nodes": 0.08, "edges": 0.16}},
+              "set": ["physics.resolution=85", "physics.train_samples=100",
+                      "physics.test_samples=10", "train.epochs=5", "train.lr=0.01"],
+              "base": (2000, 16), "nodes": [250, 500, 1000, 2000, 4000], "edges": [4, 8, 16, 32, 64],
+              "radius": {"workers": 0.08, "nodes": 0.08, "edges": 0.16}},
     "airfoil": {"config": "configs/airfoil.yaml",
-                "set": ["physics.points=8000", "physics.train_samples=40", "physics.test_samples=10",
-                        "train.epochs=6", "train.lr=0.003"],
-                "base": (1000, 16), "nodes": [500, 1000, 2000, 4000], "edges": [8, 16, 32, 64],
-                "radius": {"workers": 0.25, "nodes": 0.2, "edges": 0.3}},
+                "set": ["physics.points=8000", "physics.train_samples=100",
+                        "physics.test_samples=10", "train.epochs=5", "train.lr=0.005"],
+                "base": (2000, 16), "nodes": [250, 500, 1000, 2000, 4000],
+                "edges": [4, 8, 16, 32, 64],
+                "radius": {"workers": 0.2, "nodes": 0.2, "edges": 0.3}},
 }
 QUICK = {
     "darcy": {"config": "configs/darcy.yaml",
@@ -90,7 +107,7 @@ def local_run(config: str, overrides: list[str]) -> dict:
     return {**engine.metrics(pred, data.test, data.y_norm), "train_s": t1 - t0,
             "infer_s": time.perf_counter() - t1, "peak_rss_mb": peak_rss_mb(),
             "peak_rss_mb_per_worker": [peak_rss_mb()], "train_mem_mb": peak_rss_mb() - base_rss,
-            "epochs": cfg.train.epochs,
+            "epochs": cfg.train.epochs, "epoch_s": (t1 - t0) / cfg.train.epochs,
             "final_loss": loss}
 
 
@@ -100,53 +117,109 @@ def _settings(spec: dict, sweep: str, nodes: int, edges: int, workers: int) -> l
                           "cluster.num_threads=1", f"dataset.cache_dir={CACHE}"]
 
 
-def _measure(spec: dict, sweep: str, nodes: int, edges: int, workers: int, out: Path | None,
-             in_process: bool = False, rep: int = 0) -> dict:
-    """Metrics of one run. Full runs keep their run folder under data/bench-dsmpnn/ keyed by the
-    settings, and a finished one is reused, so an interrupted benchmark resumes where it was
-    (delete that folder to re-measure everything)."""
+def _cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for
+    children): their difference over a run is what other processes used meanwhile."""
+    import resource
+
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(v) for v in fields]
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # minus idle and iowait
+    own = sum(getattr(resource.getrusage(who), f) for who in
+              (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+    return busy / os.sysconf("SC_CLK_TCK"), own
+
+
+def _run_dir(spec: dict, out: Path, sweep: str, nodes: int, edges: int, workers: int) -> Path:
     from dsgraph.data.cache import param_hash
 
     sets = _settings(spec, sweep, nodes, edges, workers)
-    if in_process:
-        return local_run(spec["config"], sets)
-    run_dir = out / f"{Path(spec['config']).stem}-{sweep}-{nodes}-{edges}-{workers}-r{rep}-" \
-                    f"{param_hash({'config': spec['config'], 'set': sets})}"
+    # Keyed by the settings only: a run two sweeps share (same s, n_e, radius, P) runs once.
+    return out / f"{Path(spec['config']).stem}-{nodes}-{edges}-{workers}-" \
+                 f"{param_hash({'config': spec['config'], 'set': sets})}"
+
+
+def _epochs(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _with_epochs(m: dict, run_dir: Path) -> dict:
+    """Add the median epoch time without the first (warm-up) epoch and rank 0's phase split."""
+    eps = _epochs(run_dir)
+    timed = eps[1:] if len(eps) > 1 else eps
+    m = dict(m)
+    m["epoch_s"] = median(e["epoch_s"] for e in timed)
+    m["epoch_s_all"] = [e["epoch_s"] for e in eps]
+    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s"):
+        if k in timed[0]:
+            m[k] = median(e[k] for e in timed)
+    return m
+
+
+def _timed_run(spec: dict, sweep: str, nodes: int, edges: int, workers: int, out: Path) -> dict:
+    """One real job run alone (workers comparison), with the machine's load around it. A finished
+    run folder is reused, so an interrupted benchmark resumes (delete data/bench-dsmpnn to
+    re-measure everything)."""
+    run_dir = _run_dir(spec, out, sweep, nodes, edges, workers)
     done = run_dir / "metrics.json"
     if done.exists():
         print(f"  (reusing {run_dir})", flush=True)
-        return json.loads(done.read_text())
-    return train_run(spec["config"], sets, run_dir)
+        return _with_epochs(json.loads(done.read_text()), run_dir)
+    load0, (busy0, own0), t0 = os.getloadavg()[0], _cpu_seconds(), time.perf_counter()
+    m = train_run(spec["config"], _settings(spec, sweep, nodes, edges, workers), run_dir)
+    (busy1, own1), wall = _cpu_seconds(), time.perf_counter() - t0
+    m.update(load1_start=load0, load1_end=os.getloadavg()[0],
+             other_cpu_share=max(0.0, (busy1 - busy0) - (own1 - own0)) / wall)
+    atomic_write_text(done, json.dumps(m, indent=1))
+    return _with_epochs(m, run_dir)
+
+
+def _parallel_runs(spec: dict, jobs: list[tuple[str, int, int]], out: Path, slots: int) -> list[dict]:
+    """Sweep runs as independent 1-worker ``python -m train`` jobs, ``slots`` at a time (one per
+    core); metrics of each, in the order of ``jobs``. Finished run folders are reused."""
+    pending = []
+    for sweep, nodes, edges in jobs:
+        run_dir = _run_dir(spec, out, sweep, nodes, edges, 1)
+        if (run_dir / "metrics.json").exists():
+            print(f"  (reusing {run_dir})", flush=True)
+            continue
+        cmd = [sys.executable, "-m", "train", "--config", spec["config"], "--out", str(run_dir),
+               "--force"]
+        for s in _settings(spec, sweep, nodes, edges, 1):
+            cmd += ["--set", s]
+        pending.append((cmd, run_dir))
+    running: list[tuple[subprocess.Popen, Path]] = []
+    while pending or running:
+        while pending and len(running) < slots:
+            cmd, run_dir = pending.pop(0)
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            log = open(run_dir.parent / f"{run_dir.name}.log", "w")
+            running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), run_dir))
+            log.close()
+        proc, run_dir = running[0]
+        if proc.wait() != 0:
+            tail = (run_dir.parent / f"{run_dir.name}.log").read_text()[-2000:]
+            raise RuntimeError(f"sweep run {run_dir.name} failed:\n{tail}")
+        running.pop(0)
+    return [_with_epochs(json.loads((_run_dir(spec, out, *j, 1) / "metrics.json").read_text()),
+                         _run_dir(spec, out, *j, 1)) for j in jobs]
 
 
 def _record(report: Report, dataset: str, sweep: str, nodes: int, edges: int, workers: int,
-            m: dict, spec: dict, timings: list[dict] | None = None) -> dict:
-    timings = timings or [m]
-    return report.add({"dataset": dataset, "sweep": sweep, "nodes": nodes, "edges_per_node": edges,
-                       "workers": workers, "radius": spec["radius"][sweep],
-                       "test_rmse": m["test_rmse"], "test_rel_l2": m["test_rel_l2"],
-                       # Other jobs share this machine: the fastest repeat is the least disturbed.
-                       "train_s": min(t["train_s"] for t in timings),
-                       "infer_s": min(t["infer_s"] for t in timings),
-                       "train_s_all": [t["train_s"] for t in timings],
-                       "peak_rss_mb": m["peak_rss_mb"], "train_mem_mb": m["train_mem_mb"],
-                       "peak_rss_mb_per_worker": m["peak_rss_mb_per_worker"],
-                       "epochs": m["epochs"], "final_loss": m["final_loss"]})
+            m: dict, spec: dict) -> dict:
+    rec = {"dataset": dataset, "sweep": sweep, "nodes": nodes, "edges_per_node": edges,
+           "workers": workers, "radius": spec["radius"][sweep]}
+    rec.update({k: m[k] for k in RECORD_KEYS if k in m})
+    return report.add(rec)
 
 
-def _workers_sweep(report: Report, ds: str, spec: dict, out: Path, repeats: int) -> None:
-    """P = 1 and P = 2 at the base setting, run alternately ``repeats`` times each."""
+def _workers_sweep(report: Report, ds: str, spec: dict, out: Path) -> None:
+    """P = 1, then P = 2, at the base setting, each run alone with one thread per worker."""
     s0, e0 = spec["base"]
-    runs: dict[int, list[dict]] = {1: [], 2: []}
-    for rep in range(repeats):
-        for workers in (1, 2):
-            runs[workers].append(_measure(spec, "workers", s0, e0, workers, out, rep=rep))
     for workers in (1, 2):
-        first = runs[workers][0]
-        if any(abs(r["test_rmse"] - first["test_rmse"]) > 1e-9 for r in runs[workers]):
-            report.note(f"{ds}: P={workers} repeats gave different RMSE "
-                        f"{[r['test_rmse'] for r in runs[workers]]}")
-        _record(report, ds, "workers", s0, e0, workers, first, spec, runs[workers])
+        _record(report, ds, "workers", s0, e0, workers,
+                _timed_run(spec, "workers", s0, e0, workers, out), spec)
 
 
 def _drop(recs: list[dict]) -> float:
@@ -168,13 +241,25 @@ def _notes(report: Report) -> None:
         if 1 in ws and 2 in ws:
             one, two = ws[1], ws[2]
             diff = two["test_rmse"] / one["test_rmse"] - 1.0
-            sp_train, sp_inf = one["train_s"] / two["train_s"], one["infer_s"] / two["infer_s"]
+            sp_train, sp_inf = one["epoch_s"] / two["epoch_s"], one["infer_s"] / two["infer_s"]
+            load = ""
+            if "other_cpu_share" in one and "other_cpu_share" in two:
+                load = (f"; other processes used {one['other_cpu_share']:.2f} / "
+                        f"{two['other_cpu_share']:.2f} of a core during the P=1 / P=2 runs")
+            phases = ""
+            if "compute_s" in two:
+                phases = (f"; per epoch, P=1 vs P=2 (rank 0): graph building "
+                          f"{one.get('graph_s', 0):.2f} vs {two['graph_s']:.2f} s, compute "
+                          f"{one.get('compute_s', 0):.2f} vs {two['compute_s']:.2f} s, halo exchange "
+                          f"- vs {two['halo_s']:.2f} s, all-reduce - vs {two['allreduce_s']:.2f} s")
             parts.append(f"2 workers: RMSE {two['test_rmse']:.4f} vs {one['test_rmse']:.4f} "
                          f"({100 * diff:+.2f}%; target within 2%: "
                          f"{'met' if abs(diff) <= 0.02 else 'NOT met'}), training "
-                         f"{sp_train:.2f}x faster (target >= 1.6x: "
+                         f"{sp_train:.2f}x faster (median epoch {two['epoch_s']:.2f} s vs "
+                         f"{one['epoch_s']:.2f} s; target >= 1.6x: "
                          f"{'met' if sp_train >= 1.6 else 'NOT met'}), inference {sp_inf:.2f}x, "
-                         f"peak RSS per worker {two['peak_rss_mb']:.0f} MB vs {one['peak_rss_mb']:.0f} MB")
+                         f"peak RSS per worker {two['peak_rss_mb']:.0f} MB vs "
+                         f"{one['peak_rss_mb']:.0f} MB{phases}{load}")
         report.note(f"**{ds}**: " + "; ".join(parts) + ".")
 
 
@@ -191,48 +276,56 @@ def _plot(records: list[dict], fig) -> None:
                 ax.legend()
     ws = [r for r in records if r["sweep"] == "workers"]
     labels = [f"{r['dataset']}\nP={r['workers']}" for r in ws]
-    axes[2].bar(range(len(ws)), [r["train_s"] for r in ws], label="train")
-    axes[2].bar(range(len(ws)), [r["infer_s"] for r in ws], bottom=[r["train_s"] for r in ws],
-                label="inference")
+    bottom = [0.0] * len(ws)
+    for key in ("graph_s", "compute_s", "halo_s", "allreduce_s"):
+        vals = [r.get(key) or 0.0 for r in ws]
+        axes[2].bar(range(len(ws)), vals, bottom=bottom, label=key[:-2])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    axes[2].scatter(range(len(ws)), [r["epoch_s"] for r in ws], color="k", marker="_", s=200,
+                    label="epoch", zorder=3)
     axes[2].set_xticks(range(len(ws)), labels, fontsize=7)
-    axes[2].set_ylabel("seconds")
-    axes[2].legend()
+    axes[2].set_ylabel("seconds per epoch (median)")
+    axes[2].legend(fontsize=7)
     axes[0].set_title("accuracy vs sampled nodes")
     axes[1].set_title("accuracy vs edges per node")
-    axes[2].set_title("1 vs 2 workers")
+    axes[2].set_title("1 vs 2 workers: epoch time")
 
 
 def run(quick: bool) -> Path:
     """Run the sweeps and write benchmarks/reports/dsmpnn.{json,md,png}."""
     specs = QUICK if quick else FULL
-    report = Report("dsmpnn", quick, COLUMNS, repeats=1 if quick else 2,
+    report = Report("dsmpnn", quick, COLUMNS, repeats=1,
                     title="DS-MPNN: accuracy vs sampled nodes and edge cap, 1 vs 2 workers")
     report.extra["settings"] = specs
+    t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsmpnn-bench-") as tmp:
         out = Path(tmp) if quick else Path(CACHE) / "bench-dsmpnn"
         for ds, spec in specs.items():
-            s0, e0 = spec["base"]
-            # --quick: real 2-process jobs only for the worker comparison on Darcy; the sweeps
-            # run one worker in this process so the whole run takes seconds.
-            sweep_workers = 1 if quick else 2
             if not quick or ds == "darcy":
-                _workers_sweep(report, ds, spec, out, repeats=1 if quick else 2)
-            for s in spec["nodes"]:
-                m = _measure(spec, "nodes", s, e0, sweep_workers, out, in_process=quick)
-                _record(report, ds, "nodes", s, e0, sweep_workers, m, spec)
-            for e in spec["edges"]:
-                m = _measure(spec, "edges", s0, e, sweep_workers, out, in_process=quick)
-                _record(report, ds, "edges", s0, e, sweep_workers, m, spec)
+                _workers_sweep(report, ds, spec, out)
+        for ds, spec in specs.items():
+            s0, e0 = spec["base"]
+            jobs = [("nodes", s, e0) for s in spec["nodes"]] + [("edges", s0, e) for e in spec["edges"]]
+            if quick:  # one in-process worker: seconds, no process start-up
+                results = [local_run(spec["config"], _settings(spec, *j, 1)) for j in jobs]
+            else:
+                results = _parallel_runs(spec, jobs, out, slots=2)
+            for (sweep, s, e), m in zip(jobs, results):
+                _record(report, ds, sweep, s, e, 1, m, spec)
+    report.extra["wall_s"] = time.perf_counter() - t_start
     report.note("RMSE is over all test points and target channels in standardized units "
                 "(train-set mean/std per channel); relative L2 is per test sample in physical "
                 "units, averaged. Test fields are predicted GKN-style: every point is covered by "
                 "random groups of s sampled nodes, each group's radius graph is predicted, and "
-                "the covers are averaged. The workers comparison runs P=1 and P=2 alternately "
-                "twice and keeps the faster time of each (train_s_all in the json has both); "
-                "sweeps run once with 2 workers (1 in-process worker with --quick); train_s and "
-                "infer_s are the workers' own times (process start and data generation excluded); peak_rss_mb "
-                "is the largest worker's peak RSS (about 500 MB of it is torch + DGL); "
-                "train_mem_mb is what training and inference added on top of the RSS before "
-                "the first epoch (largest worker).")
+                "the covers are averaged. Sweeps train 1-worker jobs, two at a time (one per "
+                "core), so their times are not speed measurements. Workers rows: P=1, then P=2, "
+                "each alone with one thread per worker; epoch_s is the median epoch time without "
+                "the first epoch, and graph_s / compute_s / halo_s / allreduce_s split rank 0's "
+                "median epoch into graph building (sampling, edges, plan), forward+backward "
+                "compute, halo exchanges (waiting for the peer included) and the gradient "
+                "all-reduce; other_cpu_share is the CPU (in cores) that other processes used "
+                "during the job. peak_rss_mb is the largest worker's peak RSS (about 500 MB of "
+                "it is torch + DGL); train_mem_mb is what training and inference added on top of "
+                "the RSS before the first epoch (largest worker).")
     _notes(report)
     return report.save(plot=_plot)

@@ -90,10 +90,11 @@ def worker_main(run_dir: Path, resume: bool) -> None:
         lr = engine.epoch_lr(cfg.train.lr, epoch, cfg.train.epochs, ph.lr_schedule)
         engine.set_lr(opt, lr)
         t0 = time.perf_counter()
-        loss = engine.train_epoch(model, opt, data, ph, seed, epoch, rank, world, dtype)
+        timers: dict[str, float] = {}
+        loss = engine.train_epoch(model, opt, data, ph, seed, epoch, rank, world, dtype, timers)
         epoch_s = time.perf_counter() - t0
         train_s += epoch_s
-        record = {"epoch": epoch, "loss": loss, "epoch_s": epoch_s, "lr": lr}
+        record = {"epoch": epoch, "loss": loss, "epoch_s": epoch_s, "lr": lr, **timers}
         if ph.eval_every and epoch % ph.eval_every == 0 and epoch < cfg.train.epochs:
             pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats, rank, world, dtype)
             record.update(engine.metrics(pred, data.test, data.y_norm))

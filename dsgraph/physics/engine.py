@@ -2,6 +2,8 @@
 full-field inference and metrics. Works for one worker (no torch.distributed needed) or many."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -86,26 +88,42 @@ def _sum(value: float, world: int) -> float:
 
 def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldData, ph,
                 seed: int, epoch: int, rank: int = 0, world: int = 1,
-                dtype: torch.dtype = torch.float32) -> float:
+                dtype: torch.dtype = torch.float32, timers: dict[str, float] | None = None) -> float:
     """One pass over the training samples (one freshly sampled graph each); mean train MSE.
 
     Every worker draws the same global sample from the shared seed and trains on its subdomain.
+    ``timers`` (if given) accumulates this worker's seconds per phase: ``graph_s`` (sampling,
+    edges, plan), ``compute_s`` (forward + backward without the halo exchanges), ``halo_s``
+    (exchanges, waiting for the peer included), ``allreduce_s`` and ``step_s`` (optimizer).
     """
     model.train()
     fs = data.train
     order = np.random.default_rng([seed, epoch]).permutation(len(fs))
     total = 0.0
+    t = timers if timers is not None else {}
+    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s"):
+        t.setdefault(k, 0.0)
     for i in order:
+        t0 = time.perf_counter()
         rng = np.random.default_rng([seed, epoch, int(i)])
         sg, plan = local_graph(fs, int(i), None, ph, data.coef_cols, rng, rank, world, seed)
+        t1 = time.perf_counter()
         pred = local_forward(model, sg, plan, dtype)
         loss = local_loss(pred, fs.y[i][sg.nodes], plan)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        t2 = time.perf_counter()
         if world > 1:
             allreduce_grads(model.parameters())
+        t3 = time.perf_counter()
         opt.step()
         total += float(loss.item())
+        t4 = time.perf_counter()
+        t["graph_s"] += t1 - t0
+        t["compute_s"] += t2 - t1 - plan.comm_s
+        t["halo_s"] += plan.comm_s
+        t["allreduce_s"] += t3 - t2
+        t["step_s"] += t4 - t3
     return _sum(total, world) / len(fs)
 
 

@@ -7,6 +7,7 @@ same order. No metadata is exchanged.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ class LocalPlan:
     send: dict[int, torch.Tensor] = field(default_factory=dict)  # peer -> local rows to send
     recv: dict[int, torch.Tensor] = field(default_factory=dict)  # peer -> local rows to fill
     global_owned: int = 0  # owned nodes summed over all workers (loss normaliser)
+    comm_s: float = 0.0  # seconds spent in halo exchanges (waiting for peers included)
 
     @property
     def nodes(self) -> np.ndarray:
@@ -106,17 +108,20 @@ class HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, plan: LocalPlan) -> torch.Tensor:  # type: ignore[override]
         """Replace the halo rows of ``h`` with the values their owners hold."""
+        t0 = time.perf_counter()
         ctx.plan = plan
         out = h.clone()
         payload = {q: h[rows].contiguous() for q, rows in plan.send.items()}
         got = _swap(payload, {q: len(r) for q, r in plan.recv.items()}, h.shape[1], h.dtype)
         for q, buf in got.items():
             out[plan.recv[q]] = buf
+        plan.comm_s += time.perf_counter() - t0
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         """Return halo-row gradients to their owners; add the ones received into owned rows."""
+        t0 = time.perf_counter()
         plan: LocalPlan = ctx.plan
         grad = grad.contiguous()
         payload = {q: grad[rows].contiguous() for q, rows in plan.recv.items()}
@@ -125,6 +130,7 @@ class HaloExchange(torch.autograd.Function):
         out[plan.num_owned:] = 0  # halo values were overwritten in forward: no local gradient
         for q, buf in got.items():
             out.index_add_(0, plan.send[q], buf)
+        plan.comm_s += time.perf_counter() - t0
         return out, None
 
 
