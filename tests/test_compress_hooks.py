@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from dsgraph.compress import (CompressionConfig, Compressor, compressed, compression_context,
                               packed_nbytes)
+from dsgraph.compress.hooks import _BufferPool
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError
@@ -103,6 +104,41 @@ def test_projection_only_on_inputs_of_linear_maps():
     assert c.stats.saved_bytes == packed_nbytes(500 * 16, 2, 256) + packed_nbytes(500 * 64, 2, 256)
     out.backward()
     assert lin.weight.grad is not None and torch.isfinite(lin.weight.grad).all()
+
+
+def test_unpack_buffer_pool_never_overwrites_a_live_tensor(monkeypatch):
+    """Gradients with pooled unpack buffers equal those with a fresh tensor per unpack."""
+    g = _tiny_graph()
+    x = g.ndata["feat"]
+    torch.manual_seed(0)
+    model = build_model("sage", x.shape[1], 4, {"hidden": 24, "num_layers": 3, "dropout": 0.3})
+    a = torch.randn(300, 64, requires_grad=True)
+
+    def grads() -> torch.Tensor:
+        model.zero_grad()
+        a.grad = None
+        torch.manual_seed(5)  # same dropout masks
+        with compressed(CFG, seed=2) as c:
+            out = model(g, x)
+            prod = (a * 1.5) * a.sin()  # one node unpacks two equal-size tensors at once
+        ((out ** 2).sum() + prod.sum()).backward()
+        assert c.stats.quantized >= 5
+        return torch.cat([p.grad.reshape(-1) for p in [*model.parameters(), a]])
+
+    pooled = grads()
+    handed = []
+    real_get = _BufferPool.get
+
+    def spy(self, n):
+        buf = real_get(self, n)
+        handed.append(buf.data_ptr())
+        return buf
+
+    monkeypatch.setattr(_BufferPool, "get", spy)
+    assert torch.equal(grads(), pooled)
+    assert len(set(handed)) < len(handed)  # the pool did hand buffers out again
+    monkeypatch.setattr(_BufferPool, "get", lambda self, n: torch.empty(n))
+    assert torch.equal(grads(), pooled)
 
 
 def _tiny_graph() -> dgl.DGLGraph:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -246,12 +246,17 @@ def quantize(x: torch.Tensor, spec: QuantSpec, generator: torch.Generator) -> QT
     return QTensor(pack_codes(codes, spec.bits), mn, rng, n, group, spec.bits, levels, shape, dtype, proj)
 
 
-def dequantize(q: QTensor) -> torch.Tensor:
+# Supplies a float32 CPU vector of n values to decode into (a buffer pool); None = allocate.
+Buffer = Optional[Callable[[int], torch.Tensor]]
+
+
+def dequantize(q: QTensor, buffer: Buffer = None) -> torch.Tensor:
     """Reconstruct an unbiased estimate of the quantized tensor (shape and dtype of the original)."""
     top = (1 << q.bits) - 1
     if q.levels is None and q.codes.device.type == "cpu" and native.available():
         out = native.dequantize(q.codes, q.numel, q.group, q.bits, q.mn.dtype == torch.float16,
-                                q.mn.view(torch.int16), q.rng.view(torch.int16))
+                                q.mn.view(torch.int16), q.rng.view(torch.int16),
+                                None if buffer is None else buffer(q.numel))
         return _finish(out, q)
     values = q.levels if q.levels is not None else tuple(float(i) for i in range(top + 1))
     vals = unpack_values(q.codes, q.bits, values, q.numel)
@@ -324,10 +329,11 @@ def pack_two_valued(t: torch.Tensor) -> Optional[PackedMask]:
     return pack_mask(t != 0, float(c), t.dtype)
 
 
-def unpack_mask(p: PackedMask) -> torch.Tensor:
+def unpack_mask(p: PackedMask, buffer: Buffer = None) -> torch.Tensor:
     """The {0, value} tensor a PackedMask stores (bool dtype gives the mask itself)."""
     if p.dtype == torch.float32 and p.bits.device.type == "cpu" and native.available():
-        return native.unpack_mask(p.bits, p.numel, p.value).view(p.shape)
+        out = None if buffer is None else buffer(p.numel)
+        return native.unpack_mask(p.bits, p.numel, p.value, out).view(p.shape)
     if p.dtype == torch.bool:
         return unpack_values(p.bits, 1, (0.0, 1.0), p.numel, torch.uint8).view(p.shape).bool()
     return unpack_values(p.bits, 1, (0.0, p.value), p.numel, p.dtype).view(p.shape)

@@ -75,23 +75,70 @@ static inline uint32_t hash32(uint32_t i, uint32_t k1, uint32_t k2) {
     return x;
 }
 
+/* Write m codes (one per byte in t) into the packed stream at element index `start`: codes
+ * sharing a byte with a neighbouring range are OR-ed in (the caller zeroed the stream). */
+static inline void put_codes(uint8_t *codes, i64 start, const uint8_t *t, i64 m, int bits) {
+    const int per = 8 / bits;
+    i64 j = 0;
+    for (; j < m && ((start + j) % per) != 0; j++)
+        codes[(start + j) / per] |= (uint8_t)(t[j] << (bits * ((start + j) % per)));
+    i64 nbytes = (m - j) / per;
+    uint8_t *out = codes + (start + j) / per;
+    const uint8_t *v = t + j;
+    switch (bits) {  /* constant shifts per case so each loop vectorizes */
+    case 1:
+        for (i64 q = 0; q < nbytes; q++)
+            out[q] = (uint8_t)(v[8 * q] | v[8 * q + 1] << 1 | v[8 * q + 2] << 2 | v[8 * q + 3] << 3 |
+                               v[8 * q + 4] << 4 | v[8 * q + 5] << 5 | v[8 * q + 6] << 6 | v[8 * q + 7] << 7);
+        break;
+    case 2:
+        for (i64 q = 0; q < nbytes; q++)
+            out[q] = (uint8_t)(v[4 * q] | v[4 * q + 1] << 2 | v[4 * q + 2] << 4 | v[4 * q + 3] << 6);
+        break;
+    case 4:
+        for (i64 q = 0; q < nbytes; q++) out[q] = (uint8_t)(v[2 * q] | v[2 * q + 1] << 4);
+        break;
+    default:
+        memcpy(out, v, (size_t)nbytes);
+    }
+    j += nbytes * per;
+    for (; j < m; j++)
+        codes[(start + j) / per] |= (uint8_t)(t[j] << (bits * ((start + j) % per)));
+}
+
+#define CHUNK 2048
+#define LANES 16
+
 /* Quantize blocks [b0, b1) of x (n values, blocks of `group`, the last one may be short).
- * codes: the packed stream of the whole tensor, zeroed by the caller where a block boundary
- * falls inside a byte; mn/rng: 16-bit statistics per block. */
+ * codes: the packed stream of the whole tensor, zeroed by the caller; mn/rng: 16-bit
+ * statistics per block. */
 void dsq_quantize(const float *x, i64 n, i64 group, int bits, int fp16, uint64_t seed,
                   i64 b0, i64 b1, uint8_t *codes, uint16_t *mn_out, uint16_t *rng_out) {
     const int top = (1 << bits) - 1;
-    const int per = 8 / bits;
     const uint32_t k1 = (uint32_t)seed, k2base = (uint32_t)(seed >> 32);
+    uint8_t t[CHUNK];
     for (i64 b = b0; b < b1; b++) {
         i64 s = b * group, e = s + group < n ? s + group : n;
         const float *xb = x + s;
         i64 len = e - s;
-        float mn = xb[0], mx = xb[0];
-        for (i64 j = 0; j < len; j++) {
-            float v = xb[j];
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
+        /* Lane-wise min/max (vectorizes without fast-math), then a reduction over the lanes. */
+        float lmn[LANES], lmx[LANES];
+        for (int k = 0; k < LANES; k++) lmn[k] = lmx[k] = xb[0];
+        i64 j = 0;
+        for (; j + LANES <= len; j += LANES)
+            for (int k = 0; k < LANES; k++) {
+                float v = xb[j + k];
+                lmn[k] = v < lmn[k] ? v : lmn[k];
+                lmx[k] = v > lmx[k] ? v : lmx[k];
+            }
+        float mn = lmn[0], mx = lmx[0];
+        for (int k = 1; k < LANES; k++) {
+            mn = lmn[k] < mn ? lmn[k] : mn;
+            mx = lmx[k] > mx ? lmx[k] : mx;
+        }
+        for (; j < len; j++) {
+            mn = xb[j] < mn ? xb[j] : mn;
+            mx = xb[j] > mx ? xb[j] : mx;
         }
         uint16_t ms, rs;
         round_stats(mn, mx, fp16, &ms, &rs);
@@ -101,37 +148,17 @@ void dsq_quantize(const float *x, i64 n, i64 group, int bits, int fp16, uint64_t
         /* Constant blocks have range 0: scale 0 maps every value to code 0 (= mn), no inf/NaN. */
         const float inv = rf > 0 ? (float)top / (rf > FLT_MIN ? rf : FLT_MIN) : 0.0f;
         const uint32_t k2 = k2base ^ (uint32_t)((uint64_t)s >> 32) * 0x85EBCA6Bu;
-        i64 i = s;
-        /* Head: codes sharing a byte with the previous block (read-modify-write). */
-        for (; i < e && (i % per) != 0; i++) {
-            float u = (float)(hash32((uint32_t)i, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
-            int c = (int)((x[i] - mnf) * inv + u);
-            c = c > top ? top : c;
-            codes[i / per] |= (uint8_t)(c << (bits * (i % per)));
-        }
-        /* Body: whole bytes. */
-        i64 nbytes = (e - i) / per;
-        uint8_t *out = codes + i / per;
-        const float *xv = x + i;
-        const uint32_t i0 = (uint32_t)i;
-        for (i64 q = 0; q < nbytes; q++) {
-            uint32_t byte = 0;
-            for (int k = 0; k < per; k++) {
-                uint32_t idx = i0 + (uint32_t)(q * per + k);
-                float u = (float)(hash32(idx, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
-                int c = (int)((xv[q * per + k] - mnf) * inv + u);
-                c = c > top ? top : c;
-                byte |= (uint32_t)c << (bits * k);
+        for (i64 c0 = s; c0 < e; c0 += CHUNK) {
+            i64 m = e - c0 < CHUNK ? e - c0 : CHUNK;
+            const float *xc = x + c0;
+            const uint32_t i0 = (uint32_t)c0;
+            /* code = floor((x - mn) / step + u), u uniform in (0, 1) from 24 hash bits. */
+            for (i64 q = 0; q < m; q++) {
+                float u = (float)(hash32(i0 + (uint32_t)q, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
+                int c = (int)((xc[q] - mnf) * inv + u);
+                t[q] = (uint8_t)(c > top ? top : c);
             }
-            out[q] = (uint8_t)byte;
-        }
-        i += nbytes * per;
-        /* Tail: codes sharing a byte with the next block. */
-        for (; i < e; i++) {
-            float u = (float)(hash32((uint32_t)i, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
-            int c = (int)((x[i] - mnf) * inv + u);
-            c = c > top ? top : c;
-            codes[i / per] |= (uint8_t)(c << (bits * (i % per)));
+            put_codes(codes, c0, t, m, bits);
         }
     }
 }

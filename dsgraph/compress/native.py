@@ -189,12 +189,13 @@ def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int
 
 
 def dequantize(codes: torch.Tensor, n: int, group: int, bits: int, fp16: bool, mn: torch.Tensor,
-               rng: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`quantize`: a float32 vector of ``n`` values."""
+               rng: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Inverse of :func:`quantize`: a float32 vector of ``n`` values (written to ``out`` if given)."""
     lib = library()
     assert lib is not None
     blocks = -(-n // group)
-    out = torch.empty(n, dtype=torch.float32)
+    out = torch.empty(n, dtype=torch.float32) if out is None else out
+    assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
     args = (_ptr_of(codes), n, group, bits, int(fp16), _ptr_of(mn.contiguous()), _ptr_of(rng.contiguous()))
     _parallel(n, blocks, 1, lambda b0, b1: lib.dsq_dequantize(*args, b0, b1, _ptr_of(out)))
     return out
@@ -229,11 +230,13 @@ def pack_nonzero(x: torch.Tensor) -> Optional[tuple[torch.Tensor, float]]:
     return out, (values.pop() if values else 0.0)
 
 
-def unpack_mask(bits: torch.Tensor, n: int, value: float) -> torch.Tensor:
+def unpack_mask(bits: torch.Tensor, n: int, value: float, out: Optional[torch.Tensor] = None
+                ) -> torch.Tensor:
     """float32 vector of ``n`` values: ``value`` where the bit is set, 0 elsewhere."""
     lib = library()
     assert lib is not None
-    out = torch.empty(n, dtype=torch.float32)
+    out = torch.empty(n, dtype=torch.float32) if out is None else out
+    assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
     _parallel(n, bits.numel(), 1,
               lambda q0, q1: lib.dsq_unpack_mask(_ptr_of(bits), n, q0, q1, value, _ptr_of(out)))
     return out
