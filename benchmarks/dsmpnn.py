@@ -27,7 +27,7 @@ COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "
            "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s", "allreduce_s",
            "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share"]
 RECORD_KEYS = ["test_rmse", "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s",
-               "allreduce_s", "step_s", "train_s", "infer_s", "peak_rss_mb", "train_mem_mb",
+               "allreduce_s", "step_s", "cpu_s", "train_s", "infer_s", "peak_rss_mb", "train_mem_mb",
                "peak_rss_mb_per_worker", "final_loss", "epoch_s_all", "load1_start", "load1_end",
                "other_cpu_share"]
 
@@ -151,7 +151,7 @@ def _with_epochs(m: dict, run_dir: Path) -> dict:
     m = dict(m)
     m["epoch_s"] = median(e["epoch_s"] for e in timed)
     m["epoch_s_all"] = [e["epoch_s"] for e in eps]
-    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s"):
+    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s", "cpu_s"):
         if k in timed[0]:
             m[k] = median(e[k] for e in timed)
     return m
@@ -175,35 +175,56 @@ def _timed_run(spec: dict, sweep: str, nodes: int, edges: int, workers: int, out
     return _with_epochs(m, run_dir)
 
 
-def _parallel_runs(spec: dict, jobs: list[tuple[str, int, int]], out: Path, slots: int) -> list[dict]:
-    """Sweep runs as independent 1-worker ``python -m train`` jobs, ``slots`` at a time (one per
-    core); metrics of each, in the order of ``jobs``. Finished run folders are reused."""
-    pending = []
-    for sweep, nodes, edges in jobs:
-        run_dir = _run_dir(spec, out, sweep, nodes, edges, 1)
-        if (run_dir / "metrics.json").exists():
-            print(f"  (reusing {run_dir})", flush=True)
-            continue
-        cmd = [sys.executable, "-m", "train", "--config", spec["config"], "--out", str(run_dir),
-               "--force"]
-        for s in _settings(spec, sweep, nodes, edges, 1):
-            cmd += ["--set", s]
-        pending.append((cmd, run_dir))
+def _train_cmd(config: str, sets: list[str], run_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "train", "--config", config, "--out", str(run_dir), "--force"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _run_cmds(cmds: list[tuple[list[str], Path]], slots: int) -> None:
+    """Run ``python -m train`` commands ``slots`` at a time (one per core), skipping run folders
+    that already hold a metrics.json; raise with the log tail if one fails."""
+    pending = [(c, d) for c, d in cmds if not (d / "metrics.json").exists()]
     running: list[tuple[subprocess.Popen, Path]] = []
     while pending or running:
         while pending and len(running) < slots:
             cmd, run_dir = pending.pop(0)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
-            log = open(run_dir.parent / f"{run_dir.name}.log", "w")
-            running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), run_dir))
-            log.close()
-        proc, run_dir = running[0]
+            with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
+                running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), run_dir))
+        proc, run_dir = running.pop(0)
         if proc.wait() != 0:
             tail = (run_dir.parent / f"{run_dir.name}.log").read_text()[-2000:]
-            raise RuntimeError(f"sweep run {run_dir.name} failed:\n{tail}")
-        running.pop(0)
-    return [_with_epochs(json.loads((_run_dir(spec, out, *j, 1) / "metrics.json").read_text()),
-                         _run_dir(spec, out, *j, 1)) for j in jobs]
+            raise RuntimeError(f"run {run_dir.name} failed:\n{tail}")
+
+
+def _parallel_runs(spec: dict, jobs: list[tuple[str, int, int]], out: Path, slots: int) -> list[dict]:
+    """Sweep runs as independent 1-worker ``python -m train`` jobs, ``slots`` at a time (one per
+    core); metrics of each, in the order of ``jobs``. Finished run folders are reused."""
+    dirs = [_run_dir(spec, out, sweep, nodes, edges, 1) for sweep, nodes, edges in jobs]
+    _run_cmds([(_train_cmd(spec["config"], _settings(spec, *j, 1), d), d)
+               for j, d in zip(jobs, dirs)], slots)
+    return [_with_epochs(json.loads((d / "metrics.json").read_text()), d) for d in dirs]
+
+
+def _capacity(spec: dict, out: Path, alone: dict) -> dict:
+    """Two copies of the 1-worker base run (2 epochs) side by side: how much faster two cores
+    get through independent work than one under the load of the moment, which bounds what any
+    2-worker speed-up can reach. Compares the second epoch with the P=1 run's median epoch."""
+    from dsgraph.data.cache import param_hash
+
+    s0, e0 = spec["base"]
+    sets = _settings(spec, "workers", s0, e0, 1) + ["train.epochs=2"]
+    key = param_hash({"config": spec["config"], "set": sets})
+    dirs = [out / f"capacity-{Path(spec['config']).stem}-{k}-{key}" for k in range(2)]
+    load0, (busy0, own0), t0 = os.getloadavg()[0], _cpu_seconds(), time.perf_counter()
+    _run_cmds([(_train_cmd(spec["config"], sets, d), d) for d in dirs], slots=2)
+    (busy1, own1), wall = _cpu_seconds(), time.perf_counter() - t0
+    side = [_with_epochs(json.loads((d / "metrics.json").read_text()), d)["epoch_s"] for d in dirs]
+    return {"epoch_s_alone": alone["epoch_s"], "epoch_s_side_by_side": side,
+            "throughput_x": 2 * alone["epoch_s"] / median(side), "load1_start": load0,
+            "other_cpu_share": max(0.0, (busy1 - busy0) - (own1 - own0)) / wall}
 
 
 def _record(report: Report, dataset: str, sweep: str, nodes: int, edges: int, workers: int,
@@ -214,12 +235,22 @@ def _record(report: Report, dataset: str, sweep: str, nodes: int, edges: int, wo
     return report.add(rec)
 
 
-def _workers_sweep(report: Report, ds: str, spec: dict, out: Path) -> None:
-    """P = 1, then P = 2, at the base setting, each run alone with one thread per worker."""
+def _workers_sweep(report: Report, ds: str, spec: dict, out: Path, capacity: bool) -> None:
+    """P = 1, then P = 2, at the base setting, each run alone with one thread per worker; then
+    (``capacity``) two 1-worker copies side by side."""
     s0, e0 = spec["base"]
-    for workers in (1, 2):
-        _record(report, ds, "workers", s0, e0, workers,
-                _timed_run(spec, "workers", s0, e0, workers, out), spec)
+    one = _timed_run(spec, "workers", s0, e0, 1, out)
+    _record(report, ds, "workers", s0, e0, 1, one, spec)
+    _record(report, ds, "workers", s0, e0, 2, _timed_run(spec, "workers", s0, e0, 2, out), spec)
+    if capacity:
+        cap = _capacity(spec, out, one)
+        report.extra.setdefault("capacity", {})[ds] = cap
+        report.note(f"**{ds} machine capacity**: two independent copies of the 1-worker base run, "
+                    f"side by side, took {median(cap['epoch_s_side_by_side']):.2f} s per epoch "
+                    f"vs {cap['epoch_s_alone']:.2f} s alone: the two cores did "
+                    f"{cap['throughput_x']:.2f}x the work of one (other processes used "
+                    f"{cap['other_cpu_share']:.2f} cores meanwhile). No 2-worker run can beat "
+                    f"that factor under the same load.")
 
 
 def _drop(recs: list[dict]) -> float:
@@ -245,7 +276,10 @@ def _notes(report: Report) -> None:
             load = ""
             if "other_cpu_share" in one and "other_cpu_share" in two:
                 load = (f"; other processes used {one['other_cpu_share']:.2f} / "
-                        f"{two['other_cpu_share']:.2f} of a core during the P=1 / P=2 runs")
+                        f"{two['other_cpu_share']:.2f} cores during the P=1 / P=2 runs")
+            if "cpu_s" in one and "cpu_s" in two:
+                load += (f"; rank 0 was on a CPU {one['cpu_s'] / one['epoch_s']:.0%} (P=1) / "
+                         f"{two['cpu_s'] / two['epoch_s']:.0%} (P=2) of its median epoch")
             phases = ""
             if "compute_s" in two:
                 phases = (f"; per epoch, P=1 vs P=2 (rank 0): graph building "
@@ -302,16 +336,26 @@ def run(quick: bool) -> Path:
         out = Path(tmp) if quick else Path(CACHE) / "bench-dsmpnn"
         for ds, spec in specs.items():
             if not quick or ds == "darcy":
-                _workers_sweep(report, ds, spec, out)
+                _workers_sweep(report, ds, spec, out, capacity=ds == "darcy")
+        sweeps = {}
         for ds, spec in specs.items():
             s0, e0 = spec["base"]
-            jobs = [("nodes", s, e0) for s in spec["nodes"]] + [("edges", s0, e) for e in spec["edges"]]
-            if quick:  # one in-process worker: seconds, no process start-up
-                results = [local_run(spec["config"], _settings(spec, *j, 1)) for j in jobs]
-            else:
-                results = _parallel_runs(spec, jobs, out, slots=2)
-            for (sweep, s, e), m in zip(jobs, results):
-                _record(report, ds, sweep, s, e, 1, m, spec)
+            s_edges = spec.get("edge_nodes", s0)
+            sweeps[ds] = [("nodes", s, e0) for s in spec["nodes"]] + \
+                         [("edges", s_edges, e) for e in spec["edges"]]
+        if quick:  # one in-process worker: seconds, no process start-up
+            results = {ds: [local_run(specs[ds]["config"], _settings(specs[ds], *j, 1)) for j in jobs]
+                       for ds, jobs in sweeps.items()}
+        else:
+            # All sweep runs in one pool, largest (s * n_e) first, so the two slots end together.
+            pool = sorted(((ds, j) for ds, jobs in sweeps.items() for j in jobs),
+                          key=lambda dj: -dj[1][1] * dj[1][2])
+            _run_cmds([(_train_cmd(specs[ds]["config"], _settings(specs[ds], *j, 1), d), d)
+                       for ds, j in pool for d in [_run_dir(specs[ds], out, *j, 1)]], slots=2)
+            results = {ds: _parallel_runs(specs[ds], jobs, out, slots=2) for ds, jobs in sweeps.items()}
+        for ds, jobs in sweeps.items():
+            for (sweep, s, e), m in zip(jobs, results[ds]):
+                _record(report, ds, sweep, s, e, 1, m, specs[ds])
     report.extra["wall_s"] = time.perf_counter() - t_start
     report.note("RMSE is over all test points and target channels in standardized units "
                 "(train-set mean/std per channel); relative L2 is per test sample in physical "

@@ -24,3 +24,4 @@ class PhysicsConfig:
     infer_repeats: int = bound(2, ge=1)  # full-field inference: random covers averaged
     lr_schedule: Literal["cosine", "constant"] = "cosine"  # per-epoch learning-rate decay
     eval_every: int = bound(0, ge=0)  # test metrics every k epochs (0: only after training)
+    grad_clip: float = bound(0.0, ge=0)  # clip the summed gradient's norm to this (0: off)

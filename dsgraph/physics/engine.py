@@ -94,15 +94,17 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
     Every worker draws the same global sample from the shared seed and trains on its subdomain.
     ``timers`` (if given) accumulates this worker's seconds per phase: ``graph_s`` (sampling,
     edges, plan), ``compute_s`` (forward + backward without the halo exchanges), ``halo_s``
-    (exchanges, waiting for the peer included), ``allreduce_s`` and ``step_s`` (optimizer).
+    (exchanges, waiting for the peer included), ``allreduce_s``, ``step_s`` (optimizer) and
+    ``cpu_s`` (CPU time this process got: below the wall time when other jobs share the cores).
     """
     model.train()
     fs = data.train
     order = np.random.default_rng([seed, epoch]).permutation(len(fs))
     total = 0.0
     t = timers if timers is not None else {}
-    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s"):
+    for k in ("graph_s", "compute_s", "halo_s", "allreduce_s", "step_s", "cpu_s"):
         t.setdefault(k, 0.0)
+    cpu0 = time.process_time()
     for i in order:
         t0 = time.perf_counter()
         rng = np.random.default_rng([seed, epoch, int(i)])
@@ -115,6 +117,8 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
         t2 = time.perf_counter()
         if world > 1:
             allreduce_grads(model.parameters())
+        if ph.grad_clip > 0:  # after the all-reduce: every worker clips the same gradient
+            torch.nn.utils.clip_grad_norm_(model.parameters(), ph.grad_clip)
         t3 = time.perf_counter()
         opt.step()
         total += float(loss.item())
@@ -124,6 +128,7 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
         t["halo_s"] += plan.comm_s
         t["allreduce_s"] += t3 - t2
         t["step_s"] += t4 - t3
+    t["cpu_s"] += time.process_time() - cpu0
     return _sum(total, world) / len(fs)
 
 
