@@ -30,7 +30,7 @@ def test_unsupported_layer_error_names_the_layer():
 
 def test_sar_config_section_validates(tmp_path):
     cfg = load(None, ["sar.mode=one_shot", "train.mode=sar"])
-    assert cfg.sar.mode == "one_shot" and cfg.sar.prefetch
+    assert cfg.sar.mode == "one_shot" and not cfg.sar.prefetch
     with pytest.raises(ConfigError, match=r"sar\.mode: expected one of 'sar', 'sa', 'one_shot'"):
         load(None, ["sar.mode=ring"])
     cfg = load("configs/sar.yaml")

@@ -113,7 +113,8 @@ class GatAttention(torch.autograd.Function):
         grad_el: Optional[torch.Tensor] = None
         grad_er = torch.zeros_like(er)
         push = GradPush(rt.comm, plan.need, plan.send_rows, None,
-                        [tuple(ft.shape[1:]), tuple(el.shape[1:])], ft.dtype) if n > 1 else None
+                        [tuple(ft.shape[1:]), tuple(el.shape[1:])], ft.dtype,
+                        rt.prefetch) if n > 1 else None
         for j, rows in rt.fetch((ft, el)):
             if j != k and not plan.shard_has_edges(j):
                 if push is not None:

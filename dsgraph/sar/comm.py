@@ -48,10 +48,12 @@ class _Round:
         self.part, self.recv, self.send, self.works = part, recv, send, works
 
     def wait(self) -> Optional[tuple]:
+        """Wait for the round; hand over the received rows (this round keeps no reference)."""
         for w in self.works:
             w.wait()
         self.send = None
-        return self.recv
+        recv, self.recv = self.recv, None
+        return recv
 
 
 def ring_fetch(comm: Comm, need: list[int], send_rows: list[torch.Tensor], x: Tensors,
@@ -88,10 +90,13 @@ def ring_fetch(comm: Comm, need: list[int], send_rows: list[torch.Tensor], x: Te
     for r in range(1, n):
         cur = pending if pending is not None else post(r)
         pending = post(r + 1) if (prefetch and r + 1 < n) else None
-        rows = cur.wait()
-        del cur
-        yield (k - r) % n, (rows[0] if single and rows is not None else rows)
-        del rows
+        # No local name may hold the rows while suspended at the yield: the consumer's
+        # ``del`` must free them before it asks for the next round.
+        yield (k - r) % n, _unwrap(cur.wait(), single)
+
+
+def _unwrap(rows: Optional[tuple], single: bool):
+    return rows[0] if single and rows is not None else rows
 
 
 class GradPush:
@@ -100,22 +105,31 @@ class GradPush:
     Round r sends the gradient of part ``rank - r``'s rows to it and receives, from part
     ``rank + r``, the gradient of the rows this worker sent it in the forward ring. With
     several gradients per row (``row_shape`` a list of shapes, ``grad_x`` a list of targets)
-    each travels as its own message of the round.
+    each travels as its own message of the round. With ``overlap`` a round completes when the
+    next one is pushed (its buffers live on while the next shard is computed); without, at
+    once.
     """
 
     def __init__(self, comm: Comm, need: list[int], send_rows: list[torch.Tensor],
                  grad_x: Optional[Tensors], row_shape: Union[tuple[int, ...], list],
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, overlap: bool = True) -> None:
         self.comm, self.need, self.send_rows, self.grad_x = comm, need, send_rows, grad_x
+        self.overlap = overlap
         self.single = not isinstance(row_shape, list)
         self.row_shapes = [tuple(row_shape)] if self.single else [tuple(s) for s in row_shape]
         self.dtype = dtype
         self.tag = comm.next_tag()
         self._inflight: list[tuple[Optional[list], Optional[list], list, int]] = []
+        self._round = 0
 
     def push(self, r: int, grad_rows: Optional[Tensors]) -> None:
         """Round ``r`` (1..world-1): send ``grad_rows`` (rows of part rank-r), post the receive."""
         k, n = self.comm.rank, self.comm.world
+        # Rounds must come in ring order on every worker: completing round r waits for peers
+        # that may themselves wait for this worker's earlier rounds.
+        if r <= self._round or r >= n:
+            raise RuntimeError(f"GradPush: round {r} after round {self._round} (world {n})")
+        self._round = r
         src, dst = (k + r) % n, (k - r) % n
         nt = len(self.row_shapes)
         works, recv, send = [], None, None
@@ -127,12 +141,15 @@ class GradPush:
             gs = (grad_rows,) if self.single else tuple(grad_rows)
             send = [g.contiguous() for g in gs]
             works += [self.comm.isend(b, dst, self.tag + r * nt + i) for i, b in enumerate(send)]
+        del grad_rows
         self._inflight.append((recv, send, works, src))
-        if len(self._inflight) > 1:  # bound live gradient buffers (one round in flight)
+        del recv, send
+        if len(self._inflight) > (1 if self.overlap else 0):  # bound live gradient buffers
             self._complete(self._inflight.pop(0))
 
     def _complete(self, item) -> None:
         recv, _send, works, src = item
+        del item
         for w in works:
             w.wait()
         if recv is not None and self.grad_x is not None:

@@ -5,7 +5,7 @@ both sides build the model after ``torch.manual_seed(seed)`` so initial weights 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +67,27 @@ def max_rel_err(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> f
     return max((rel_err(got[k], ref[k]) for k in ref), default=0.0)
 
 
+def saved_edge_tensors(model, graph, x: torch.Tensor, num_edges: int,
+                       other_sizes: tuple[int, ...] = ()) -> Optional[int]:
+    """How many tensors autograd saves with one row per local edge in a forward of ``model``.
+
+    None when ``num_edges`` equals one of ``other_sizes`` (node counts), where the row count
+    cannot tell an edge tensor from a node tensor.
+    """
+    if num_edges == 0 or num_edges in other_sizes:
+        return None
+    count = 0
+
+    def pack(t: torch.Tensor):
+        nonlocal count
+        count += int(t.dim() > 0 and t.shape[0] == num_edges)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(graph, x)
+    return count
+
+
 # --- multi-process driver (tests and benchmark) ------------------------------------------------
 
 def free_port() -> int:
@@ -113,7 +134,11 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
             broadcast_parameters(model)
             x = nd["feat"].to(getattr(torch, case["dtype"]))
             sync = allreduce_gradients if world > 1 else None
+            plan = w.plan
+            saved = saved_edge_tensors(model, w.graph, x, plan.num_edges,
+                                       (plan.num_local, plan.num_local + plan.num_halo))
             res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync)
+            res["saved_edge_tensors"] = saved
             res["orig_id"] = nd["orig_id"].clone()
             res["bytes_sent"] = w.comm.bytes_sent - sent0
             results.append(res)
@@ -124,11 +149,21 @@ def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[di
         faulthandler.cancel_dump_traceback_later()
 
 
-def spawn(fn, world: int, args: tuple, timeout_s: float = 120.0) -> None:
-    """Run ``fn(rank, world, port, *args)`` in ``world`` spawned processes; fail on any error."""
+def spawn(fn, world: int, args: tuple, timeout_s: float = 120.0,
+          preload: tuple[str, ...] = ()) -> None:
+    """Run ``fn(rank, world, port, *args)`` in ``world`` fresh processes; fail on any error.
+
+    With ``preload`` (module names) the processes fork from a forkserver that imported those
+    modules once (each is still a new process with nothing else in it), which saves the
+    import time per process; otherwise they are spawned.
+    """
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    if preload:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(list(preload))
+    else:
+        ctx = mp.get_context("spawn")
     port = free_port()
     procs = [ctx.Process(target=fn, args=(r, world, port) + tuple(args), daemon=True)
              for r in range(world)]
@@ -171,6 +206,7 @@ def run_cases(part_json: str, world: int, cases: list[dict], out_dir: str, seed:
         merged.append({"loss": sum(p["loss"] for p in parts), "grads": parts[0]["grads"],
                        "weights": parts[0].get("weights"), "x_grad": xg,
                        "bytes_sent": sum(p["bytes_sent"] for p in parts),
+                       "saved_edge_tensors": [p["saved_edge_tensors"] for p in parts],
                        "rank_grads": [p["grads"] for p in parts],
                        "rank_weights": [p.get("weights") for p in parts]})
     return merged

@@ -38,7 +38,7 @@ class Runtime:
     plan: ShardPlan
     comm: Comm
     mode: str = "sar"
-    prefetch: bool = True
+    prefetch: bool = False
 
     def fetch(self, x: torch.Tensor):
         """Ring over parts yielding (part, rows needed from it); local part first."""
@@ -191,8 +191,8 @@ class ShardOp(torch.autograd.Function):
         # Gradient buffers are taken over from the local shard (processed first) when it
         # already covers them, so no zero-filled copy of u or e stays alive beside it.
         grads = {"u": None, "v": torch.zeros_like(v) if need_v else None, "e": None}
-        push = GradPush(rt.comm, plan.need, plan.send_rows, None, tuple(u.shape[1:]), u.dtype) \
-            if need_u and plan.world > 1 else None
+        push = GradPush(rt.comm, plan.need, plan.send_rows, None, tuple(u.shape[1:]), u.dtype,
+                        rt.prefetch) if need_u and plan.world > 1 else None
 
         def shard_grad(j: int) -> torch.Tensor:
             if spec.kind == "sddmm":
@@ -231,13 +231,15 @@ class ShardOp(torch.autograd.Function):
                 deliver(j, *_linear_grads(spec, plan, j, shard_grad(j), ctx.u_shape, v, ej,
                                           need_u, need_v, need_e))
         elif ctx.kept is not None:  # sa: reuse the forward's shard graphs
-            done = set()
-            for j, leaves, p in ctx.kept:
-                done.add(j)
-                deliver(j, *_grads_of(p, leaves, shard_grad(j), ctx.needs))
+            # in ring order, empty shards included: every worker pushes round 1, 2, ... in turn
+            kept = {j: (leaves, p) for j, leaves, p in ctx.kept}
             ctx.kept = None
             for j in order:
-                if j not in done:
+                if j in kept:
+                    leaves, p = kept.pop(j)
+                    deliver(j, *_grads_of(p, leaves, shard_grad(j), ctx.needs))
+                    del leaves, p
+                else:
                     deliver(j, None, None, None)
         else:  # sar: refetch each shard's rows and recompute it under autograd
             with torch.random.fork_rng(devices=[]):

@@ -36,7 +36,7 @@ class SarWorker:
 
 
 def setup_worker(part_json: str | Path, rank: int, world: int, mode: str = "sar",
-                 prefetch: bool = True) -> SarWorker:
+                 prefetch: bool = False) -> SarWorker:
     """Load part ``rank`` and build its plan (collective: every worker must call it)."""
     part = load_local_partition(part_json, rank, world)
     plan = ShardPlan(part)
