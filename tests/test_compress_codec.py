@@ -227,14 +227,16 @@ def _edge_data() -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("bits,block", [(2, 256), (2, 37), (1, 40), (4, 100), (8, 33), (2, 0)])
+@pytest.mark.parametrize("bits,block,levels", [(2, 256, "uniform"), (2, 37, "uniform"), (1, 40, "uniform"),
+                                               (4, 100, "uniform"), (8, 33, "uniform"), (2, 0, "uniform"),
+                                               (2, 256, "optimal"), (2, 37, "optimal")])
 @pytest.mark.parametrize("stats", [torch.bfloat16, torch.float16])
-def test_native_and_torch_paths_agree_in_format(codec_path, bits, block, stats):
+def test_native_and_torch_paths_agree_in_format(codec_path, bits, block, levels, stats):
     """Same statistics bit for bit and the same packing: each path decodes the other's output."""
     if codec_path == "torch":
         pytest.skip("compares the two paths once")
     x = _edge_data().view(60, 100)
-    spec = QuantSpec(bits=bits, block_size=block, stats_dtype=stats)
+    spec = QuantSpec(bits=bits, block_size=block, levels=levels, stats_dtype=stats)
     qn = quantize(x, spec, _gen())
     with native.disabled():
         qt = quantize(x, spec, _gen())
@@ -251,9 +253,10 @@ def test_native_and_torch_paths_agree_in_format(codec_path, bits, block, stats):
     assert bool(((dequantize(qn) - dn_by_torch).abs().reshape(-1) <= tol).all())
     assert bool(((dt_by_native - dt_by_torch).abs().reshape(-1) <= tol).all())
     # Native codes are stochastic roundings of x: one of the two grid points around it.
-    flat = x.reshape(-1).double()
     d = dequantize(qn).reshape(-1).double()
-    assert bool(((d - flat).abs() <= step.double() * (1 + 1e-5) + tol).all())
+    lo_val, hi_val = _bracket(x.reshape(-1), qn)
+    tol = tol.double()
+    assert bool((((d - lo_val).abs() <= tol) | ((d - hi_val).abs() <= tol)).all())
     assert bool(((d >= mn.double() - tol) & (d <= mn.double() + step.double() * ((1 << bits) - 1) + tol)).all())
 
 

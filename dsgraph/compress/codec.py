@@ -7,10 +7,10 @@ range up) so every value lies inside the stored range and the dequantization gri
 one used for rounding: that keeps E[dequantize(quantize(x))] = x. Codes are clamped to
 [0, 2^bits - 1] and packed 8/bits per uint8.
 
-Two implementations write the same format. Float32 CPU tensors with uniform levels go through
+Two implementations write the same format. Float32 CPU tensors go through
 fused C kernels (``native.py``: one pass per block, randomness from a hash of (seed, index) with
 the seed drawn from the caller's generator; rounding probability exact to 2^-25 of a step). Other
-tensors (CUDA, optimal levels, no C compiler, ``DSGRAPH_NATIVE=0``) use the vectorized pure-torch
+tensors (CUDA, no C compiler, ``DSGRAPH_NATIVE=0``) use the vectorized pure-torch
 path, whose random numbers come from the caller-supplied ``torch.Generator`` as 16-bit uniforms
 (four per int64 draw: about half the cost of float ``torch.rand``), exact to 2^-17 of a step. Both
 are far below the statistical noise of any test or training run.
@@ -219,12 +219,12 @@ def quantize(x: torch.Tensor, spec: QuantSpec, generator: torch.Generator) -> QT
     levels = None
     if spec.levels == "optimal":
         levels = int2_levels(group)
-    if levels is None and native.usable(flat):
+    if native.usable(flat):
         seed = int(torch.randint(-(2 ** 63), 2 ** 63 - 1, (1,), generator=generator).item())
         codes, mn16, rng16 = native.quantize(flat.contiguous(), group, spec.bits,
-                                             spec.stats_dtype == torch.float16, seed)
+                                             spec.stats_dtype == torch.float16, seed, levels)
         return QTensor(codes, mn16.view(spec.stats_dtype), rng16.view(spec.stats_dtype), n, group,
-                       spec.bits, None, shape, dtype, proj)
+                       spec.bits, levels, shape, dtype, proj)
     full = n // group
     parts, mns, rngs = [], [], []
     if full:
@@ -253,10 +253,10 @@ Buffer = Optional[Callable[[int], torch.Tensor]]
 def dequantize(q: QTensor, buffer: Buffer = None) -> torch.Tensor:
     """Reconstruct an unbiased estimate of the quantized tensor (shape and dtype of the original)."""
     top = (1 << q.bits) - 1
-    if q.levels is None and q.codes.device.type == "cpu" and native.available():
+    if q.codes.device.type == "cpu" and native.available():
         out = native.dequantize(q.codes, q.numel, q.group, q.bits, q.mn.dtype == torch.float16,
                                 q.mn.view(torch.int16), q.rng.view(torch.int16),
-                                None if buffer is None else buffer(q.numel))
+                                None if buffer is None else buffer(q.numel), q.levels)
         return _finish(out, q)
     values = q.levels if q.levels is not None else tuple(float(i) for i in range(top + 1))
     vals = unpack_values(q.codes, q.bits, values, q.numel)

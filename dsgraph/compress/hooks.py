@@ -77,6 +77,7 @@ class SavedStats:
     saved_bytes: int = 0  # held for backward after packing, de-duplicated by storage
     fp32_bytes: int = 0  # what autograd would hold without packing (same tensors, same dedup)
     quantized: int = 0  # tensors stored as INT-b codes
+    quantized_bytes: int = 0  # bytes of those codes and their statistics
     masks: int = 0  # tensors stored as lossless 1-bit masks
     exact: int = 0  # tensors kept as they are (small, integer, per-node scalars)
     parameters: int = 0  # saves of parameters (not counted in bytes)
@@ -312,6 +313,7 @@ class Compressor:
                 st.masks += 1
             else:
                 st.quantized += 1
+                st.quantized_bytes += handle.packed.nbytes
         return handle
 
     def _role(self, t: torch.Tensor, entry: _Entry, first: bool) -> tuple[str, Any]:

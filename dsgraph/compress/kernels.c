@@ -110,10 +110,12 @@ static inline void put_codes(uint8_t *codes, i64 start, const uint8_t *t, i64 m,
 #define LANES 16
 
 /* Quantize blocks [b0, b1) of x (n values, blocks of `group`, the last one may be short).
- * codes: the packed stream of the whole tensor, zeroed by the caller; mn/rng: 16-bit
- * statistics per block. */
-void dsq_quantize(const float *x, i64 n, i64 group, int bits, int fp16, uint64_t seed,
-                  i64 b0, i64 b1, uint8_t *codes, uint16_t *mn_out, uint16_t *rng_out) {
+ * levels: NULL for the uniform grid 0..top, else top + 1 increasing normalised levels from 0 to
+ * top (i-EXACT's non-uniform INT2 levels): a value is rounded between the two levels around it
+ * with probabilities that keep it unbiased. codes: the packed stream of the whole tensor, zeroed
+ * by the caller; mn/rng: 16-bit statistics per block. */
+void dsq_quantize(const float *x, i64 n, i64 group, int bits, int fp16, const float *levels,
+                  uint64_t seed, i64 b0, i64 b1, uint8_t *codes, uint16_t *mn_out, uint16_t *rng_out) {
     const int top = (1 << bits) - 1;
     const uint32_t k1 = (uint32_t)seed, k2base = (uint32_t)(seed >> 32);
     uint8_t t[CHUNK];
@@ -152,40 +154,55 @@ void dsq_quantize(const float *x, i64 n, i64 group, int bits, int fp16, uint64_t
             i64 m = e - c0 < CHUNK ? e - c0 : CHUNK;
             const float *xc = x + c0;
             const uint32_t i0 = (uint32_t)c0;
-            /* code = floor((x - mn) / step + u), u uniform in (0, 1) from 24 hash bits. */
-            for (i64 q = 0; q < m; q++) {
-                float u = (float)(hash32(i0 + (uint32_t)q, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
-                int c = (int)((xc[q] - mnf) * inv + u);
-                t[q] = (uint8_t)(c > top ? top : c);
+            if (levels == NULL) {
+                /* code = floor((x - mn) / step + u), u uniform in (0, 1) from 24 hash bits. */
+                for (i64 q = 0; q < m; q++) {
+                    float u = (float)(hash32(i0 + (uint32_t)q, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
+                    int c = (int)((xc[q] - mnf) * inv + u);
+                    t[q] = (uint8_t)(c > top ? top : c);
+                }
+            } else {
+                /* bin k = number of inner levels <= s; round up with probability (s - l_k) / width. */
+                for (i64 q = 0; q < m; q++) {
+                    float u = (float)(hash32(i0 + (uint32_t)q, k1, k2) >> 8) * 0x1p-24f + 0x1p-25f;
+                    float sv = (xc[q] - mnf) * inv;
+                    int k = 0;
+                    for (int j = 1; j < top; j++) k += sv >= levels[j];
+                    float lo = levels[k], w = levels[k + 1] - levels[k];
+                    int c = k + (u < (sv - lo) / w);
+                    t[q] = (uint8_t)(c > top ? top : c);
+                }
             }
             put_codes(codes, c0, t, m, bits);
         }
     }
 }
 
-/* Dequantize blocks [b0, b1): out[i] = mn + code * (rng / top). */
-void dsq_dequantize(const uint8_t *codes, i64 n, i64 group, int bits, int fp16,
+/* Dequantize blocks [b0, b1): out[i] = mn + value(code) * (rng / top), value(c) = c or levels[c]. */
+void dsq_dequantize(const uint8_t *codes, i64 n, i64 group, int bits, int fp16, const float *levels,
                     const uint16_t *mn_in, const uint16_t *rng_in, i64 b0, i64 b1, float *out) {
     const int top = (1 << bits) - 1;
     const int per = 8 / bits;
+    float table[256];
+    for (int c = 0; c <= top; c++) table[c] = levels ? levels[c] : (float)c;
     for (i64 b = b0; b < b1; b++) {
         i64 s = b * group, e = s + group < n ? s + group : n;
         const float mnf = s_to_f(mn_in[b], fp16);
         const float step = s_to_f(rng_in[b], fp16) / (float)top;
         i64 i = s;
         for (; i < e && (i % per) != 0; i++)
-            out[i] = mnf + (float)((codes[i / per] >> (bits * (i % per))) & top) * step;
+            out[i] = mnf + table[(codes[i / per] >> (bits * (i % per))) & top] * step;
         i64 nbytes = (e - i) / per;
         const uint8_t *in = codes + i / per;
         float *o = out + i;
         for (i64 q = 0; q < nbytes; q++) {
             uint32_t byte = in[q];
             for (int k = 0; k < per; k++)
-                o[q * per + k] = mnf + (float)((byte >> (bits * k)) & top) * step;
+                o[q * per + k] = mnf + table[(byte >> (bits * k)) & top] * step;
         }
         i += nbytes * per;
         for (; i < e; i++)
-            out[i] = mnf + (float)((codes[i / per] >> (bits * (i % per))) & top) * step;
+            out[i] = mnf + table[(codes[i / per] >> (bits * (i % per))) & top] * step;
     }
 }
 

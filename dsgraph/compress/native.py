@@ -40,8 +40,8 @@ _disabled = 0  # > 0 inside disabled(): callers take the pure-torch path
 
 _i64, _u64, _int, _ptr, _f32 = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
 _SIGNATURES = {
-    "dsq_quantize": (None, [_ptr, _i64, _i64, _int, _int, _u64, _i64, _i64, _ptr, _ptr, _ptr]),
-    "dsq_dequantize": (None, [_ptr, _i64, _i64, _int, _int, _ptr, _ptr, _i64, _i64, _ptr]),
+    "dsq_quantize": (None, [_ptr, _i64, _i64, _int, _int, _ptr, _u64, _i64, _i64, _ptr, _ptr, _ptr]),
+    "dsq_dequantize": (None, [_ptr, _i64, _i64, _int, _int, _ptr, _ptr, _ptr, _i64, _i64, _ptr]),
     "dsq_pack_positive": (None, [_ptr, _i64, _i64, _i64, _ptr]),
     "dsq_pack_nonzero": (_int, [_ptr, _i64, _i64, _i64, _ptr, ctypes.POINTER(_f32)]),
     "dsq_unpack_mask": (None, [_ptr, _i64, _i64, _i64, _f32, _ptr]),
@@ -170,8 +170,16 @@ def _ptr_of(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
-def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _levels(levels: Optional[tuple], bits: int) -> Optional[ctypes.Array]:
+    """Normalised levels as a C float array (None = uniform grid)."""
+    if levels is None:
+        return None
+    assert len(levels) == 1 << bits
+    return (ctypes.c_float * len(levels))(*levels)
+
+
+def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int,
+             levels: Optional[tuple] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Block-quantize a contiguous float32 CPU vector: (packed codes, mn bits, rng bits as int16)."""
     lib = library()
     assert lib is not None and flat.is_contiguous() and flat.dtype == torch.float32
@@ -180,7 +188,7 @@ def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int
     codes = torch.zeros(-(-n * bits // 8), dtype=torch.uint8)
     mn = torch.empty(blocks, dtype=torch.int16)
     rng = torch.empty(blocks, dtype=torch.int16)
-    args = (_ptr_of(flat), n, group, bits, int(fp16), seed & ((1 << 64) - 1))
+    args = (_ptr_of(flat), n, group, bits, int(fp16), _levels(levels, bits), seed & ((1 << 64) - 1))
     outs = (_ptr_of(codes), _ptr_of(mn), _ptr_of(rng))
     # Threads must not share an output byte: split only where block starts are byte-aligned.
     align = 1 if (group * bits) % 8 == 0 else blocks
@@ -189,14 +197,16 @@ def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int
 
 
 def dequantize(codes: torch.Tensor, n: int, group: int, bits: int, fp16: bool, mn: torch.Tensor,
-               rng: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+               rng: torch.Tensor, out: Optional[torch.Tensor] = None,
+               levels: Optional[tuple] = None) -> torch.Tensor:
     """Inverse of :func:`quantize`: a float32 vector of ``n`` values (written to ``out`` if given)."""
     lib = library()
     assert lib is not None
     blocks = -(-n // group)
     out = torch.empty(n, dtype=torch.float32) if out is None else out
     assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
-    args = (_ptr_of(codes), n, group, bits, int(fp16), _ptr_of(mn.contiguous()), _ptr_of(rng.contiguous()))
+    mn, rng = mn.contiguous(), rng.contiguous()
+    args = (_ptr_of(codes), n, group, bits, int(fp16), _levels(levels, bits), _ptr_of(mn), _ptr_of(rng))
     _parallel(n, blocks, 1, lambda b0, b1: lib.dsq_dequantize(*args, b0, b1, _ptr_of(out)))
     return out
 
