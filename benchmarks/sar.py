@@ -330,6 +330,15 @@ def _find(records, **kw):
 
 def _notes(report: Report) -> None:
     recs = report.records
+    growth = max((r.get("rss_file_growth_mb", 0.0) for r in recs), default=0.0)
+    report.note(
+        f"Activation memory (peak_act_mb), as issue 5 defines it: peak RSS minus RSS after "
+        f"loading partition, graph and model, in fresh processes per run, the worst worker per "
+        f"run, median of {REPEATS} runs ({EPOCHS} training epochs each; every run's value is in "
+        f"sar.json as peak_act_mb_runs). Loading includes paging in the libraries' code "
+        f"(MADV_POPULATE_READ), in plain DGL and SAR processes alike, so that code first executed "
+        f"during training is not counted as activations; file-backed RSS grew at most "
+        f"{growth:.2f} MB during training. SAR workers run with the sar.prefetch default (off).")
     lines = ["Targets (issue 5):"]
     errs = [r["max_grad_rel_err"] for r in recs if r["mode"] != "dgl"]
     errs32 = [r["max_grad_rel_err_fp32"] for r in recs if r["mode"] != "dgl"]
@@ -343,9 +352,14 @@ def _notes(report: Report) -> None:
             r4, r1 = _find(recs, graph=g, model=m, mode="sar", workers=4), \
                 _find(recs, graph=g, model=m, mode="sar", workers=1)
             o4 = _find(recs, graph=g, model=m, mode="one_shot", workers=4)
-            if r4 and r4.get("act_ratio") is not None:
+            if r4 and r4.get("act_ratio") is not None and g == "community":
                 lines.append(f"- {g}/{m}: SAR N=4 activation {r4['act_ratio']:.2f}x plain DGL "
                              f"(target <= 0.30: {'met' if r4['act_ratio'] <= 0.30 else 'MISSED'})")
+            elif r4 and r4.get("act_ratio") is not None:
+                side = "at or below" if r4["act_ratio"] <= 0.30 else "above"
+                lines.append(f"- {g}/{m}: SAR N=4 activation {r4['act_ratio']:.2f}x plain DGL "
+                             f"(the 0.30 target is set for the community graph, the issue's "
+                             f"reference setting; here {side} 0.30)")
             if r1 and r1.get("act_ratio") is not None:
                 lines.append(f"- {g}/{m}: SAR N=1 activation {r1['act_ratio']:.2f}x plain DGL "
                              f"(target <= 1.1: {'met' if r1['act_ratio'] <= 1.1 else 'MISSED'})")

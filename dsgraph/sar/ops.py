@@ -7,7 +7,8 @@ through each shard without any source values (linear cases: copy_u/u_mul_e/u_div
 or mean, u_add_v/u_sub_v) or rematerializes each shard under autograd (everything else:
 max/min reductions, GAT's u_mul_e when the attention needs a gradient) and returns the
 gradient of the fetched rows to their owners. In ``sa`` mode non-linear shards keep their
-fetched rows and autograd graphs from the forward pass instead of recomputing.
+fetched rows and autograd graphs from the forward pass instead of recomputing. (GATConv in
+``sar`` mode does not come here: its attention runs fused, see ``dsgraph.sar.attention``.)
 """
 from __future__ import annotations
 
