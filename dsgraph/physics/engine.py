@@ -94,7 +94,8 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
     Every worker draws the same global sample from the shared seed and trains on its subdomain.
     ``timers`` (if given) accumulates this worker's seconds per phase: ``graph_s`` (sampling,
     edges, plan), ``compute_s`` (forward + backward without the halo exchanges), ``halo_s``
-    (exchanges, waiting for the peer included), ``allreduce_s``, ``step_s`` (optimizer) and
+    (exchanges, waiting for the peer included), ``allreduce_s`` (with the gradient clipping),
+    ``step_s`` (optimizer) and
     ``cpu_s`` (CPU time this process got: below the wall time when other jobs share the cores).
     """
     model.train()
