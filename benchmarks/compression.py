@@ -337,9 +337,10 @@ def _notes(report: Report) -> None:
         rp.append(f"- {r['model']}/{r['mode']}: {r['ratio_vs_fp32']:.2f}x fewer bytes than fp32; "
                   f"{r['ratio_vs_rowwise']:.3f} of row-wise+projection "
                   f"({'ok' if r['ratio_vs_rowwise'] <= 0.85 else 'MISSED'} <= 0.85), "
-                  f"{r['quantized_ratio_vs_rowwise']:.3f} over the INT2 packs alone "
+                  f"{r['quantized_ratio_vs_rowwise']:.3f} over the quantized packs alone "
                   f"({r['quantized_bytes'] / 1e6:.2f} of {r['saved_bytes'] / 1e6:.2f} MB; the rest "
-                  f"are 1-bit ReLU/dropout masks and exact per-node scalars, the same in both); "
+                  f"are lossless 1-bit ReLU/leaky-ReLU/dropout masks and exact per-node scalars, "
+                  f"the same in both); "
                   f"epoch overhead {100 * r['time_overhead_vs_fp32']:+.0f}%{acc}")
     report.note("\n".join(rp))
     report.note(
