@@ -36,6 +36,7 @@ _lib: Optional[ctypes.CDLL] = None
 _failed: Optional[str] = None
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_size = 0
+_pool_pid = 0
 _disabled = 0  # > 0 inside disabled(): callers take the pure-torch path
 
 _i64, _u64, _int, _ptr, _f32 = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
@@ -153,11 +154,13 @@ def _parallel(total: int, units: int, align: int, fn: Callable[[int, int], objec
     threads = max(1, torch.get_num_threads())
     if threads == 1 or total < _PARALLEL_MIN or units < 2 * align:
         return [fn(0, units)]
-    if _pool is None or _pool_size != threads:
+    global _pool_pid
+    # A forked child inherits the pool object but not its threads: make a new one there.
+    if _pool is None or _pool_size != threads or _pool_pid != os.getpid():
         with _lock:
-            if _pool is None or _pool_size != threads:
+            if _pool is None or _pool_size != threads or _pool_pid != os.getpid():
                 _pool = ThreadPoolExecutor(threads, thread_name_prefix="dsq")
-                _pool_size = threads
+                _pool_size, _pool_pid = threads, os.getpid()
     step = -(-units // threads)
     step = -(-step // align) * align
     bounds = [(a, min(a + step, units)) for a in range(0, units, step)]
