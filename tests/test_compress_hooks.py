@@ -59,21 +59,33 @@ def test_small_tensors_and_measure_only():
     assert m.stats.saved_bytes == m.stats.fp32_bytes == 2 * 300 * 64 * 4 and m.stats.ratio == 1.0
 
 
-def test_relu_dropout_leaky_relu_gradients_are_exact():
-    """Sign/mask-only saves are lossless: gradients match fp32 bit for bit."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_relu_dropout_leaky_relu_gradients_are_exact(fused):
+    """Sign/mask-only saves are lossless: gradients are exact.
+
+    Without the fused kernels the hooks pack torch's own masks, so the same seed gives fp32's
+    gradient bit for bit; the fused dropout draws another mask, so its gradient is checked
+    against the mask read off its output."""
     base = torch.randn(400, 50, requires_grad=True)
-    grads = []
+    grads, outs = [], []
     for ctx in (contextlib.nullcontext(), compressed(CFG, seed=1)):
         base.grad = None
-        torch.manual_seed(3)  # same dropout mask in both runs
-        with ctx:
+        torch.manual_seed(3)  # same dropout mask in both runs (torch's dropout)
+        with ctx, (contextlib.nullcontext() if fused else native.disabled()):
             h = base * 1.5
-            y = F.dropout(torch.relu(h), 0.5, training=True) + F.leaky_relu(h, 0.2)
+            dropped = F.dropout(torch.relu(h), 0.5, training=True)
+            y = dropped + F.leaky_relu(h, 0.2)
         y.sum().backward()
         grads.append(base.grad.clone())
+        outs.append((h.detach(), dropped.detach()))
         if isinstance(ctx, Compressor):
             assert ctx.stats.masks == 3 and ctx.stats.quantized == 0
-    assert torch.equal(grads[0], grads[1])
+    if fused and native.available():
+        h, dropped = outs[1]
+        slope = torch.where(h > 0, 1.0, 0.2)
+        assert torch.equal(grads[1], 1.5 * (2.0 * (dropped != 0) + slope))
+    else:
+        assert torch.equal(grads[0], grads[1])
 
 
 def test_loss_inside_the_context_keeps_exact_gradients():

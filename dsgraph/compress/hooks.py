@@ -14,7 +14,9 @@ What happens to a saved tensor:
 * the output of softmax / log-softmax (a loss computed inside the context: cross-entropy saves
   its log-softmax and backward takes exp of it): kept exact, so the loss may be computed inside
   or outside the context with the same, unbiased gradients;
-* tensors holding only {0, c} that need no grad (CPU dropout masks) and bool masks: 1-bit, lossless;
+* tensors holding only {0, c} that need no grad (CPU dropout masks) and bool masks: 1-bit, lossless
+  (on CPU float32, ReLU and dropout are swapped for ops that save their 1-bit mask directly:
+  :mod:`dsgraph.compress.masked_ops`);
 * per-node scalars that need no grad (shape (N, 1): degree normalisers that backward divides by,
   where rounding would bias 1/x): kept exact;
 * every other float tensor: block-wise (or row-wise) INT2 with unbiased stochastic rounding.
@@ -46,6 +48,7 @@ from dsgraph.compress.codec import (STATS_DTYPES, PackedMask, QTensor, QuantSpec
                                     pack_mask, pack_positive, pack_two_valued, quantize,
                                     unpack_mask)
 from dsgraph.compress.config import CompressionConfig
+from dsgraph.compress.masked_ops import MaskedActivations
 from dsgraph.errors import ConfigError
 
 # Ops whose backward needs only the sign of the output they save.
@@ -66,6 +69,8 @@ NONLINEAR_BITS = 8
 EXACT_OUTPUTS = frozenset({"LogSoftmaxBackward0", "SoftmaxBackward0"})
 # Functions whose first matrix operand is saved only for a gradient linear in it (projection ok).
 LINEAR_FUNCS = {"linear": 0, "matmul": 0, "mm": 0, "__matmul__": 0, "addmm": 1}
+# autograd.Functions of masked_ops, which save a packed 1-bit mask of float32 values.
+MASK_SAVERS = frozenset({"_BitReLU", "_BitDropout"})
 # Roles whose pack serves any other role's consumer too (more exact than INT-b values).
 _SHARED_ROLES = ("exact", "nonlinear")
 
@@ -215,6 +220,8 @@ class Compressor:
         self._linear = _LinearInputs() if self.spec_projected.projection < 1 else None
         self.min_numel = cfg.min_numel
         self.measure_only = measure_only
+        # ReLU/dropout that save 1-bit masks directly (the fp32 baseline keeps torch's own).
+        self._masked = None if measure_only else MaskedActivations(cfg.min_numel)
         if seed is None:
             # Fresh randomness for every step, reproducible under torch.manual_seed.
             seed = cfg.seed * 1_000_003 + int(torch.randint(0, 2 ** 31, (1,)).item())
@@ -233,10 +240,14 @@ class Compressor:
         self._hooks.__enter__()
         if self._linear is not None:
             self._linear.__enter__()
+        if self._masked is not None:
+            self._masked.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         assert self._hooks is not None
+        if self._masked is not None:
+            self._masked.__exit__(*exc)
         if self._linear is not None:
             self._linear.__exit__(*exc)
         self._hooks.__exit__(*exc)
@@ -278,6 +289,12 @@ class Compressor:
         st.pack_calls += 1
         if _is_parameter(t) or t.untyped_storage().data_ptr() in self._exclude:
             st.parameters += 1
+            return t
+        if t.dtype == torch.uint8 and saving_op() in MASK_SAVERS:
+            # Already a 1-bit mask (masked_ops); plain autograd would have held float32 values.
+            st.masks += 1
+            st.saved_bytes += t.untyped_storage().nbytes()
+            st.fp32_bytes += 32 * t.numel()
             return t
         if self.measure_only or t.numel() < self.min_numel or not (
                 t.is_floating_point() or t.dtype == torch.bool):

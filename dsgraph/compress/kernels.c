@@ -264,3 +264,49 @@ void dsq_unpack_mask(const uint8_t *bits, i64 n, i64 q0, i64 q1, float value, fl
     for (; q < q1; q++)
         for (i64 k = 0; q * 8 + k < n; k++) out[q * 8 + k] = u2f(-((bits[q] >> k) & 1u) & v);
 }
+
+/* ---- fused ReLU and dropout that keep a 1-bit mask instead of a float tensor ---- */
+
+/* out = max(x, 0) and bits of x > 0, for values [8 * q0, min(8 * q1, n)). */
+void dsq_relu_bits(const float *x, i64 n, i64 q0, i64 q1, float *out, uint8_t *bits) {
+    for (i64 q = q0; q < q1; q++) {
+        i64 s = q * 8, e = s + 8 < n ? s + 8 : n;
+        uint32_t byte = 0;
+        for (i64 i = s; i < e; i++) {
+            uint32_t keep = x[i] > 0.0f;
+            byte |= keep << (i - s);
+            out[i] = keep ? x[i] : 0.0f;
+        }
+        bits[q] = (uint8_t)byte;
+    }
+}
+
+/* Inverted dropout: value i is kept when a keyed hash of (seed, i) is >= threshold
+ * (threshold = p * 2^32, so P(keep) = 1 - p to within 2^-32); kept values are scaled by
+ * `scale`. Writes out and the keep bits for values [8 * q0, min(8 * q1, n)). */
+void dsq_dropout_bits(const float *x, i64 n, i64 q0, i64 q1, uint64_t seed, uint32_t threshold,
+                      float scale, float *out, uint8_t *bits) {
+    const uint32_t k1 = (uint32_t)seed, k2 = (uint32_t)(seed >> 32);
+    for (i64 q = q0; q < q1; q++) {
+        i64 s = q * 8, e = s + 8 < n ? s + 8 : n;
+        uint32_t byte = 0;
+        for (i64 i = s; i < e; i++) {
+            /* The index's high half goes into the key so tensors beyond 2^32 values stay random. */
+            uint32_t keep = hash32((uint32_t)i, k1, k2 ^ (uint32_t)((uint64_t)i >> 32)) >= threshold;
+            byte |= keep << (i - s);
+            out[i] = keep ? x[i] * scale : 0.0f;
+        }
+        bits[q] = (uint8_t)byte;
+    }
+}
+
+/* Backward of both: out = g * scale where the bit is set, 0 elsewhere. */
+void dsq_mask_mul(const float *g, const uint8_t *bits, i64 n, i64 q0, i64 q1, float scale,
+                  float *out) {
+    for (i64 q = q0; q < q1; q++) {
+        i64 s = q * 8, e = s + 8 < n ? s + 8 : n;
+        uint32_t byte = bits[q];
+        for (i64 i = s; i < e; i++)
+            out[i] = ((byte >> (i - s)) & 1u) ? g[i] * scale : 0.0f;
+    }
+}

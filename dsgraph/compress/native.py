@@ -46,6 +46,9 @@ _SIGNATURES = {
     "dsq_pack_positive": (None, [_ptr, _i64, _i64, _i64, _ptr]),
     "dsq_pack_nonzero": (_int, [_ptr, _i64, _i64, _i64, _ptr, ctypes.POINTER(_f32)]),
     "dsq_unpack_mask": (None, [_ptr, _i64, _i64, _i64, _f32, _ptr]),
+    "dsq_relu_bits": (None, [_ptr, _i64, _i64, _i64, _ptr, _ptr]),
+    "dsq_dropout_bits": (None, [_ptr, _i64, _i64, _i64, _u64, ctypes.c_uint32, _f32, _ptr, _ptr]),
+    "dsq_mask_mul": (None, [_ptr, _ptr, _i64, _i64, _i64, _f32, _ptr]),
 }
 
 
@@ -252,4 +255,43 @@ def unpack_mask(bits: torch.Tensor, n: int, value: float, out: Optional[torch.Te
     assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
     _parallel(n, bits.numel(), 1,
               lambda q0, q1: lib.dsq_unpack_mask(_ptr_of(bits), n, q0, q1, value, _ptr_of(out)))
+    return out
+
+
+def relu_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max(x, 0), bits of x > 0) of a contiguous float32 CPU tensor, in one pass."""
+    lib = library()
+    assert lib is not None and x.is_contiguous() and x.dtype == torch.float32
+    n = x.numel()
+    out = torch.empty_like(x)
+    bits = torch.empty(-(-n // 8), dtype=torch.uint8)
+    _parallel(n, bits.numel(), 1,
+              lambda q0, q1: lib.dsq_relu_bits(_ptr_of(x), n, q0, q1, _ptr_of(out), _ptr_of(bits)))
+    return out, bits
+
+
+def dropout_bits(x: torch.Tensor, p: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverted dropout of a contiguous float32 CPU tensor: (output, keep bits), in one pass."""
+    lib = library()
+    assert lib is not None and x.is_contiguous() and x.dtype == torch.float32 and 0 < p < 1
+    n = x.numel()
+    out = torch.empty_like(x)
+    bits = torch.empty(-(-n // 8), dtype=torch.uint8)
+    threshold = min(int(round(p * 2 ** 32)), 2 ** 32 - 1)
+    scale = 1.0 / (1.0 - p)
+    _parallel(n, bits.numel(), 1,
+              lambda q0, q1: lib.dsq_dropout_bits(_ptr_of(x), n, q0, q1, seed & ((1 << 64) - 1),
+                                                  threshold, scale, _ptr_of(out), _ptr_of(bits)))
+    return out, bits
+
+
+def mask_mul(g: torch.Tensor, bits: torch.Tensor, scale: float) -> torch.Tensor:
+    """``g * scale`` where the bit is set and 0 elsewhere (backward of relu_bits/dropout_bits)."""
+    lib = library()
+    assert lib is not None
+    g = g.contiguous()
+    n = g.numel()
+    out = torch.empty_like(g)
+    _parallel(n, bits.numel(), 1,
+              lambda q0, q1: lib.dsq_mask_mul(_ptr_of(g), _ptr_of(bits), n, q0, q1, scale, _ptr_of(out)))
     return out
