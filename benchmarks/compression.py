@@ -210,7 +210,10 @@ def _torch_path_profile(case: _Case, cfg: CompressionConfig) -> dict:
 
 def run(quick: bool) -> Any:
     """Sweep models x modes x settings; write benchmarks/reports/compression.*."""
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    # One thread, as every dsgraph worker runs (OMP_NUM_THREADS=1). With two threads in one
+    # process the kernels' thread split competes with OpenMP's spin-waiting workers (measured
+    # on sampled SAGE: +27-33% epoch overhead at 2 threads against +5% at 1).
+    torch.set_num_threads(int(os.environ.get("DSGRAPH_BENCH_THREADS", "1")))
     if quick:
         data = DatasetConfig(num_nodes=2000, feat_dim=16, num_classes=4)
         acc_data = data
@@ -378,7 +381,10 @@ def _notes(report: Report) -> None:
                 "(fp32, setting) epoch pairs of the time ratio, minus 1 (`timing_pairs` pairs; "
                 "`epoch_s` is the median setting epoch, for fp32 the median of all its interleaved "
                 "epochs); sampled epochs are `sampled_batches_per_epoch` batches including "
-                "sampling. `test_acc` is full-graph training of the settings in `ACC_SETTINGS` for "
+                "sampling. Timings run one thread (as dsgraph's workers do; `threads` in the json), "
+                "and while compressing, ReLU and dropout run as fused ops saving 1-bit masks "
+                "(dsgraph/compress/masked_ops.py) where the fp32 baseline runs torch's own. "
+                "`test_acc` is full-graph training of the settings in `ACC_SETTINGS` for "
                 "`acc_epochs` epochs on a graph of `acc_graph_nodes` nodes from the same generator "
                 "(to the plateau; the 100k-node graph would need hours), averaged over the last 5 "
                 "epochs; other rows are null. Optimal (non-uniform) levels store exactly the bytes of uniform ones at the "
