@@ -13,6 +13,12 @@ def _train(cfg, *extra):
                           capture_output=True, text=True, timeout=240)
 
 
+def _partition(cfg):
+    r = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.timeout(300)
 def test_train_partition_resume_and_modes_agree(tmp_path):
     cfg = tmp_path / "sar.yaml"
@@ -24,9 +30,7 @@ train: {{mode: sar, epochs: 2, lr: 0.02, out_dir: {tmp_path}/run, dtype: float64
 sar: {{mode: sar}}
 cluster: {{timeout_s: 200}}
 """)
-    r = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    _partition(cfg)
     r = _train(cfg)
     assert r.returncode == 0, r.stderr[-2000:]
     run = tmp_path / "run"
@@ -68,9 +72,7 @@ sar: {{mode: sar}}
 compression: {{min_numel: 0}}
 cluster: {{timeout_s: 200}}
 """)
-    r = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    _partition(cfg)
     losses = {}
     for name, enabled in (("fp32", "false"), ("int2", "true")):
         r = _train(cfg, "--out", str(tmp_path / name), "--set", f"compression.enabled={enabled}")
