@@ -69,6 +69,11 @@ NONLINEAR_BITS = 8
 EXACT_OUTPUTS = frozenset({"LogSoftmaxBackward0", "SoftmaxBackward0"})
 # Functions whose first matrix operand is saved only for a gradient linear in it (projection ok).
 LINEAR_FUNCS = {"linear": 0, "matmul": 0, "mm": 0, "__matmul__": 0, "addmm": 1}
+# autograd.Functions recomputing attention in backward (dsgraph.sar's fused GAT): their per-node,
+# per-head saves (shape (..., 1): logits el/er, softmax max and denominator) re-enter through exp
+# and must match the forward's exactly (a max of -inf marks nodes without in-edges): kept exact.
+# Their feature saves enter backward linearly and are quantized as usual.
+PER_NODE_EXACT_SAVERS = frozenset({"GatAttention"})
 # autograd.Functions of masked_ops, which save a packed 1-bit mask of float32 values.
 MASK_SAVERS = frozenset({"_BitReLU", "_BitDropout"})
 # Roles whose pack serves any other role's consumer too (more exact than INT-b values).
@@ -342,7 +347,7 @@ class Compressor:
         # The first save of a ReLU output is ReLU's own (it saves its result while running).
         if (first and grad_fn in SIGN_ONLY_OUTPUTS) or op in SIGN_ONLY_INPUTS:
             return "sign", lambda: _Handle(pack_positive(t))
-        if first and grad_fn in EXACT_OUTPUTS:
+        if (first and grad_fn in EXACT_OUTPUTS) or (op in PER_NODE_EXACT_SAVERS and t.shape[-1:] == (1,)):
             return "exact", lambda: t
         if op in NONLINEAR_SAVERS or (first and grad_fn in NONLINEAR_OUTPUTS):
             return "nonlinear", lambda: _Handle(quantize(t, self.spec_nonlinear,

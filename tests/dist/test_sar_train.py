@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -60,13 +61,16 @@ cluster: {{timeout_s: 200}}
 
 
 @pytest.mark.timeout(300)
-def test_sar_training_with_int2_compression_tracks_fp32(tmp_path):
-    """compression.enabled composes with SAR: the same run trains to a loss close to fp32's."""
+@pytest.mark.parametrize("model", ["{name: sage, args: {hidden: 64, dropout: 0.5}}",
+                                   "{name: gat, args: {hidden: 16, heads: 4, dropout: 0.5}}"])
+def test_sar_training_with_int2_compression_tracks_fp32(tmp_path, model):
+    """compression.enabled composes with SAR (GAT: the fused attention recomputed in backward
+    must see its softmax statistics exactly): the same run trains to a loss close to fp32's."""
     cfg = tmp_path / "sar.yaml"
     cfg.write_text(f"""
 dataset: {{num_nodes: 3000, avg_degree: 8, num_classes: 4, feat_dim: 16, cache_dir: {tmp_path}/data}}
 partition: {{num_parts: 2, out_dir: {tmp_path}/parts}}
-model: {{name: sage, args: {{hidden: 64, dropout: 0.5}}}}
+model: {model}
 train: {{mode: sar, epochs: 15, lr: 0.02, out_dir: {tmp_path}/run}}
 sar: {{mode: sar}}
 compression: {{min_numel: 0}}
@@ -80,8 +84,10 @@ cluster: {{timeout_s: 200}}
         lines = [json.loads(ln) for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         losses[name] = [ln["loss"] for ln in lines]
     fp32, int2 = losses["fp32"], losses["int2"]
+    assert all(math.isfinite(v) for v in fp32 + int2), (fp32, int2)
     assert int2[0] == pytest.approx(fp32[0], rel=0.05)  # same init: first losses agree closely
-    assert fp32[-1] < 0.7 * fp32[0] and int2[-1] < 0.7 * int2[0]
-    # INT2 noise and another dropout stream: measured 0.663 vs 0.596 over the last 3 epochs.
+    assert fp32[-1] < 0.6 * fp32[0] and int2[-1] < 0.6 * int2[0], (fp32, int2)
+    # INT2 noise and another dropout stream: measured mean of the last 3 epochs 0.663 vs 0.596
+    # (SAGE) and 0.654 vs 0.540 (GAT); a broken recompute stalls at ln(4) = 1.386 or gives nan.
     late_fp32, late_int2 = sum(fp32[-3:]) / 3, sum(int2[-3:]) / 3
-    assert abs(late_int2 - late_fp32) <= 0.2 * late_fp32, (fp32, int2)
+    assert abs(late_int2 - late_fp32) <= 0.3 * late_fp32, (fp32, int2)
