@@ -191,12 +191,6 @@ def partition_stats(g, assignment: np.ndarray, method: str) -> dict:
             "node_balance": float(counts.max() / counts.mean())}
 
 
-def load_part(part_config: str | os.PathLike, part_id: int):
-    """Stock ``dgl.distributed.load_partition``: (graph, node_feats, gpb, ...) of one part."""
-    import dgl
-    return dgl.distributed.load_partition(str(part_config), part_id)
-
-
 def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
     """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
     from dgl.data.utils import load_tensors

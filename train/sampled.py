@@ -61,10 +61,6 @@ def launch(cfg: Config, run_dir: Path, resume: bool, stock: bool = False) -> Non
 
 # --- trainer process ---------------------------------------------------------------------------
 
-def _pull(tensor, ids: torch.Tensor) -> torch.Tensor:
-    return tensor[ids]
-
-
 @torch.no_grad()
 def layerwise_logits(model, g, batch_size: int):
     """Exact logits of every node (a DistTensor): each layer computed over all neighbours.

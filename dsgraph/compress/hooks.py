@@ -187,9 +187,10 @@ class _BufferPool:
 
     A fresh 100 MB tensor costs ~25k page faults: on the 2-core VM, decoding 25.6M INT2 values
     took 6 ms into a reused buffer and 22-26 ms into a fresh one (idle machine). The tensors
-    backward unpacks come in a few repeated sizes and are freed one after another. A buffer is handed out again only when nothing but the pool
-    references its storage (storage use count), so a tensor backward still holds is never
-    overwritten. The pool is emptied when the last saved handle has been unpacked.
+    backward unpacks come in a few repeated sizes and are freed one after another. A buffer is
+    handed out again only when nothing but the pool references its storage (storage use count),
+    so a tensor backward still holds is never overwritten. The pool is emptied when the last
+    saved handle has been unpacked.
     """
 
     def __init__(self) -> None:

@@ -153,11 +153,10 @@ def usable(t: torch.Tensor) -> bool:
 
 def _parallel(total: int, units: int, align: int, fn: Callable[[int, int], object]) -> list:
     """Run ``fn(u0, u1)`` over [0, units) split into chunks (boundaries multiples of ``align``)."""
-    global _pool, _pool_size
+    global _pool, _pool_size, _pool_pid
     threads = max(1, torch.get_num_threads())
     if threads == 1 or total < _PARALLEL_MIN or units < 2 * align:
         return [fn(0, units)]
-    global _pool_pid
     # A forked child inherits the pool object but not its threads: make a new one there.
     if _pool is None or _pool_size != threads or _pool_pid != os.getpid():
         with _lock:
@@ -170,10 +169,6 @@ def _parallel(total: int, units: int, align: int, fn: Callable[[int, int], objec
     futures = [_pool.submit(fn, a, b) for a, b in bounds[1:]]
     first = fn(*bounds[0])  # the calling thread takes a share too
     return [first] + [f.result() for f in futures]
-
-
-def _ptr_of(t: torch.Tensor) -> int:
-    return t.data_ptr()
 
 
 def _levels(levels: Optional[tuple], bits: int) -> Optional[ctypes.Array]:
@@ -194,8 +189,8 @@ def quantize(flat: torch.Tensor, group: int, bits: int, fp16: bool, seed: int,
     codes = torch.zeros(-(-n * bits // 8), dtype=torch.uint8)
     mn = torch.empty(blocks, dtype=torch.int16)
     rng = torch.empty(blocks, dtype=torch.int16)
-    args = (_ptr_of(flat), n, group, bits, int(fp16), _levels(levels, bits), seed & ((1 << 64) - 1))
-    outs = (_ptr_of(codes), _ptr_of(mn), _ptr_of(rng))
+    args = (flat.data_ptr(), n, group, bits, int(fp16), _levels(levels, bits), seed & ((1 << 64) - 1))
+    outs = (codes.data_ptr(), mn.data_ptr(), rng.data_ptr())
     # Threads must not share an output byte: split only where block starts are byte-aligned.
     align = 1 if (group * bits) % 8 == 0 else blocks
     _parallel(n, blocks, align, lambda b0, b1: lib.dsq_quantize(*args, b0, b1, *outs))
@@ -212,8 +207,8 @@ def dequantize(codes: torch.Tensor, n: int, group: int, bits: int, fp16: bool, m
     out = torch.empty(n, dtype=torch.float32) if out is None else out
     assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
     mn, rng = mn.contiguous(), rng.contiguous()
-    args = (_ptr_of(codes), n, group, bits, int(fp16), _levels(levels, bits), _ptr_of(mn), _ptr_of(rng))
-    _parallel(n, blocks, 1, lambda b0, b1: lib.dsq_dequantize(*args, b0, b1, _ptr_of(out)))
+    args = (codes.data_ptr(), n, group, bits, int(fp16), _levels(levels, bits), mn.data_ptr(), rng.data_ptr())
+    _parallel(n, blocks, 1, lambda b0, b1: lib.dsq_dequantize(*args, b0, b1, out.data_ptr()))
     return out
 
 
@@ -223,7 +218,7 @@ def pack_positive(x: torch.Tensor) -> torch.Tensor:
     assert lib is not None and x.is_contiguous()
     n = x.numel()
     out = torch.empty(-(-n // 8), dtype=torch.uint8)
-    _parallel(n, out.numel(), 1, lambda q0, q1: lib.dsq_pack_positive(_ptr_of(x), n, q0, q1, _ptr_of(out)))
+    _parallel(n, out.numel(), 1, lambda q0, q1: lib.dsq_pack_positive(x.data_ptr(), n, q0, q1, out.data_ptr()))
     return out
 
 
@@ -236,7 +231,7 @@ def pack_nonzero(x: torch.Tensor) -> Optional[tuple[torch.Tensor, float]]:
 
     def part(q0: int, q1: int) -> tuple[int, float]:
         value = ctypes.c_float(0.0)
-        ok = lib.dsq_pack_nonzero(_ptr_of(x), n, q0, q1, _ptr_of(out), ctypes.byref(value))
+        ok = lib.dsq_pack_nonzero(x.data_ptr(), n, q0, q1, out.data_ptr(), ctypes.byref(value))
         return ok, value.value
 
     parts = _parallel(n, out.numel(), 1, part)
@@ -254,7 +249,7 @@ def unpack_mask(bits: torch.Tensor, n: int, value: float, out: Optional[torch.Te
     out = torch.empty(n, dtype=torch.float32) if out is None else out
     assert out.is_contiguous() and out.numel() == n and out.dtype == torch.float32
     _parallel(n, bits.numel(), 1,
-              lambda q0, q1: lib.dsq_unpack_mask(_ptr_of(bits), n, q0, q1, value, _ptr_of(out)))
+              lambda q0, q1: lib.dsq_unpack_mask(bits.data_ptr(), n, q0, q1, value, out.data_ptr()))
     return out
 
 
@@ -266,7 +261,7 @@ def relu_bits(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty_like(x)
     bits = torch.empty(-(-n // 8), dtype=torch.uint8)
     _parallel(n, bits.numel(), 1,
-              lambda q0, q1: lib.dsq_relu_bits(_ptr_of(x), n, q0, q1, _ptr_of(out), _ptr_of(bits)))
+              lambda q0, q1: lib.dsq_relu_bits(x.data_ptr(), n, q0, q1, out.data_ptr(), bits.data_ptr()))
     return out, bits
 
 
@@ -280,8 +275,8 @@ def dropout_bits(x: torch.Tensor, p: float, seed: int) -> tuple[torch.Tensor, to
     threshold = min(int(round(p * 2 ** 32)), 2 ** 32 - 1)
     scale = 1.0 / (1.0 - p)
     _parallel(n, bits.numel(), 1,
-              lambda q0, q1: lib.dsq_dropout_bits(_ptr_of(x), n, q0, q1, seed & ((1 << 64) - 1),
-                                                  threshold, scale, _ptr_of(out), _ptr_of(bits)))
+              lambda q0, q1: lib.dsq_dropout_bits(x.data_ptr(), n, q0, q1, seed & ((1 << 64) - 1),
+                                                  threshold, scale, out.data_ptr(), bits.data_ptr()))
     return out, bits
 
 
@@ -293,5 +288,5 @@ def mask_mul(g: torch.Tensor, bits: torch.Tensor, scale: float) -> torch.Tensor:
     n = g.numel()
     out = torch.empty_like(g)
     _parallel(n, bits.numel(), 1,
-              lambda q0, q1: lib.dsq_mask_mul(_ptr_of(g), _ptr_of(bits), n, q0, q1, scale, _ptr_of(out)))
+              lambda q0, q1: lib.dsq_mask_mul(g.data_ptr(), bits.data_ptr(), n, q0, q1, scale, out.data_ptr()))
     return out
