@@ -6,20 +6,35 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, default_file_mode())  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as fh:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+
+    atomic_write_with(path, write)
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[str], None],
+                      mode: int | None = None) -> None:
+    """Let ``write(tmp)`` fill a temporary file beside ``path``, then rename it into place.
+
+    For writers that need a path (``np.savez``, ``dgl.save_graphs``, a compiler's ``-o``). The
+    file gets ``mode`` (default: what a new file gets under the umask) before the rename; on
+    any exception the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, default_file_mode() if mode is None else mode)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,87 @@
+"""The collectives every training mode uses, over the default torch.distributed process group.
+
+Each works in a single process too (no process group, or a group of one): it then returns its
+input unchanged, so the same code path runs with one worker and with many.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def is_distributed() -> bool:
+    """Whether a process group of more than one rank is active."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _reduce(values: Sequence[float], op: Any) -> list[float]:
+    t = torch.tensor(list(values), dtype=torch.float64)
+    if is_distributed():
+        dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def all_sum(values: Sequence[float]) -> list[float]:
+    """Element-wise sum of equally long lists of numbers over all ranks (float64)."""
+    return _reduce(values, dist.ReduceOp.SUM)
+
+
+def all_max(values: Sequence[float]) -> list[float]:
+    """Element-wise maximum of equally long lists of numbers over all ranks (float64)."""
+    return _reduce(values, dist.ReduceOp.MAX)
+
+
+def gather_values(value: Any) -> list[Any]:
+    """One picklable value from every rank, in rank order, on every rank."""
+    _, world = rank_and_world()
+    if world == 1:
+        return [value]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, value)
+    return out
+
+
+def broadcast_module(module: nn.Module, src: int = 0) -> None:
+    """Make every rank's parameters and buffers equal to rank ``src``'s."""
+    if is_distributed():
+        for t in module.state_dict().values():
+            dist.broadcast(t, src)
+
+
+def allreduce_grads(params: Iterable[torch.Tensor]) -> None:
+    """Sum the gradients of ``params`` over all ranks with one flat all-reduce.
+
+    A parameter without a gradient takes part as zeros (and then holds the sum), so every rank
+    sends buffers of the same layout whatever its local graph touched.
+    """
+    if not is_distributed():
+        return
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if not params:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
+def barrier() -> None:
+    """Wait for every rank (a no-op in a single process)."""
+    if is_distributed():
+        dist.barrier()
