@@ -44,8 +44,7 @@ def measure(spec: dict) -> dict:
 
     from dsgraph.config import DatasetConfig
     from dsgraph.data import load_graph
-    from dsgraph.partition_io import orig_ids
-    from partition import partition_graph
+    from dsgraph.partition import orig_ids, partition_graph
     from dsgraph.runs import peak_rss_mb, rss_mb
 
     # Library imports happen before the clock starts for both sides (``import dgl`` already
@@ -54,7 +53,7 @@ def measure(spec: dict) -> dict:
     import pymetis  # noqa: F401
     import scipy.sparse  # noqa: F401
 
-    import partition.metis  # noqa: F401
+    import dsgraph.partition.assign  # noqa: F401
 
     g = load_graph(DatasetConfig(**spec["dataset"]))
     for key in MASKS:  # the on-disk cache may hand back uint8 masks; both methods get bool

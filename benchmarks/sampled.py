@@ -47,8 +47,8 @@ def _stock_partition(base: list[str], out: Path) -> None:
 
 def run(quick: bool) -> Path:
     """Run every configuration ``repeats`` times and write the report."""
-    from partition import partition_graph
     from dsgraph.data import load_graph
+    from dsgraph.partition import partition_graph
 
     repeats = 1 if quick else 3
     epochs = 2 if quick else 8

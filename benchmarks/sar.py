@@ -214,7 +214,7 @@ def _prepare(name: str, params: dict, quick: bool) -> tuple[Path, dict[int, Path
 
     from dsgraph.config import DatasetConfig
     from dsgraph.data.synthetic import generate
-    from partition import partition_graph
+    from dsgraph.partition import partition_graph
 
     cfg = DatasetConfig(num_classes=20, feat_dim=64, seed=0, **params)
     tag = f"{name}-{cfg.num_nodes}-{cfg.avg_degree:g}-{cfg.homophily:g}"

@@ -41,6 +41,13 @@ def all_max(values: Sequence[float]) -> list[float]:
     return _reduce(values, dist.ReduceOp.MAX)
 
 
+def all_sum_(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over all ranks in place; return it."""
+    if is_distributed():
+        dist.all_reduce(tensor)
+    return tensor
+
+
 def gather_values(value: Any) -> list[Any]:
     """One picklable value from every rank, in rank order, on every rank."""
     _, world = rank_and_world()

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"{out}: output folder exists; pass --force to replace it")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     from dsgraph.data import load_graph
-    from partition import partition_graph
+    from dsgraph.partition import partition_graph
 
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset)

@@ -16,8 +16,7 @@ import torch
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import UserError
-from dsgraph.partition_io import orig_ids, write_partitions
-from partition import partition_graph
+from dsgraph.partition import orig_ids, partition_graph, write_partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
@@ -364,7 +363,7 @@ def test_cli_writes_refuses_and_forces(tmp_path):
 def test_symmetric_csr_is_simple_and_symmetric():
     import scipy.sparse as sp
 
-    from partition.metis import symmetric_csr
+    from dsgraph.partition.assign import symmetric_csr
 
     rng = np.random.default_rng(3)
     n = 300
@@ -380,7 +379,7 @@ def test_symmetric_csr_is_simple_and_symmetric():
 
 
 def test_rebalance_caps_parts_with_fewest_moves(graph):
-    from partition.metis import balance_weights, metis_assignment, rebalance, symmetric_csr
+    from dsgraph.partition.assign import balance_weights, metis_assignment, rebalance, symmetric_csr
 
     src, dst = (t.numpy() for t in graph.edges())
     n = graph.num_nodes()

@@ -1,146 +1,69 @@
-"""DS-MPNN training on physical fields (Darcy, airfoil) with P domain-decomposed gloo workers.
+"""``train.mode: dsmpnn``: DS-MPNN on physical fields (Darcy, airfoil), one subdomain per worker.
 
-``launch`` (in the ``python -m train`` process) generates/caches the dataset once, then starts
-``physics.workers`` processes running ``python -m train.dsmpnn --run-dir RUN``. Each worker draws
-the same sampled graph per training sample (shared seed), trains on its subdomain with halo
-exchange after every kernel layer, and all-reduces gradients. Rank 0 writes metrics.jsonl per
-epoch, a checkpoint per epoch, and metrics.json with the full-field test metrics.
+Every worker draws the same sampled graph per training field (shared seed), trains on its own
+subdomain with a halo exchange after every kernel layer (the model contract:
+:mod:`dsgraph.models.base`), and gradients are summed over workers, so P workers compute what
+one would. Evaluation predicts every test point (``physics.infer_repeats`` random covers).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from pathlib import Path
+from typing import Any
 
-import torch
+from torch import nn
 
 from dsgraph.config import Config
 from dsgraph.errors import ConfigError
+from dsgraph.models.base import follows_field_contract
+from dsgraph.physics import engine
+from dsgraph.physics.fields import load_fields
+from dsgraph.physics.sampling import edge_feat_dim
+from dsgraph.trainer import Strategy, Trainer
 
 
-def check_config(cfg: Config) -> None:
-    """Reject configs this mode cannot run, with a one-line message."""
-    if cfg.dataset.name not in ("darcy", "airfoil"):
-        raise ConfigError(f"{cfg.source}: dataset.name: expected 'darcy' or 'airfoil' for "
-                          f"train.mode 'dsmpnn', got {cfg.dataset.name!r}")
-    if cfg.physics.sampled_nodes < cfg.physics.workers:
-        raise ConfigError(f"{cfg.source}: physics.sampled_nodes: expected >= physics.workers "
-                          f"({cfg.physics.workers}), got {cfg.physics.sampled_nodes}")
+class DsmpnnStrategy(Strategy):
+    """Domain-decomposed message passing over sampled radius graphs of physical fields."""
 
+    name = "dsmpnn"
 
-def launch(cfg: Config, run_dir: Path, resume: bool) -> None:
-    """Build the dataset cache, run the workers, and print the run summary."""
-    from dsgraph.cluster.launch import run_workers
-    from dsgraph.fsutil import atomic_write_text
-    from dsgraph.metrics_report import print_summary
-    from dsgraph.physics.fields import load_fields
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
 
-    check_config(cfg)
-    t0 = time.perf_counter()
-    load_fields(cfg, progress=True)  # generate once here, not in every worker
-    run_workers(run_dir, "train.dsmpnn", cfg.physics.workers, cfg.cluster,
-                args=["--resume"] if resume else [])
-    summary_path = run_dir / "metrics.json"
-    summary = json.loads(summary_path.read_text())
-    summary["wall_s"] = time.perf_counter() - t0
-    atomic_write_text(summary_path, json.dumps(summary, indent=1))
-    print_summary(run_dir)
+    @staticmethod
+    def prepare(cfg: Config) -> None:
+        """Launcher side: generate (or find) the dataset cache once, not in every worker."""
+        load_fields(cfg, progress=True)
 
+    def setup(self, trainer: Trainer) -> nn.Module:
+        """Load the fields and build the model, sized for them."""
+        self.data = load_fields(self.cfg, progress=False)
+        self.steps_per_epoch = len(self.data.train)
+        model = trainer.build_model(self.data.in_feats, self.data.out_feats,
+                                    edge_feats=edge_feat_dim(self.data.coef_dim))
+        if not follows_field_contract(model):
+            raise ConfigError(f"{self.cfg.source}: model.name: {type(model).__name__}.forward "
+                              f"takes no `exchange` argument; a dsmpnn model must follow "
+                              f"dsgraph.models.base.FieldModel")
+        return model
 
-def build(cfg: Config, data) -> torch.nn.Module:
-    """The configured model sized for ``data`` (edge feature width is derived, not configured)."""
-    from dsgraph.models.registry import build_model
-    from dsgraph.physics.sampling import edge_feat_dim
-
-    args = dict(cfg.model.args)
-    if cfg.model.name == "mpnn":
-        args["edge_feats"] = edge_feat_dim(data.coef_dim)
-    model = build_model(cfg.model.name, data.in_feats, data.out_feats, args)
-    return model.to(torch.float64 if cfg.train.dtype == "float64" else torch.float32)
-
-
-def worker_main(run_dir: Path, resume: bool) -> None:
-    """One worker: train for train.epochs, evaluate the full test fields, rank 0 writes metrics."""
-    import torch.distributed as dist
-
-    from dsgraph.cluster.worker import init_gloo
-    from dsgraph.physics import engine
-    from dsgraph.physics.fields import load_fields
-    from dsgraph.runs import (MetricsLog, end_epoch, load_run_config, peak_rss_mb, restore,
-                              rss_mb, seed_everything)
-
-    t_start = time.perf_counter()
-    cfg = load_run_config(run_dir)
-    rank, world = init_gloo(cfg.cluster.timeout_s)
-    ph, seed = cfg.physics, cfg.train.seed
-    dtype = torch.float64 if cfg.train.dtype == "float64" else torch.float32
-    data = load_fields(cfg, progress=False)
-    seed_everything(seed)
-    model = build(cfg, data)
-    for p in model.parameters():  # identical start on every worker, whatever the seeding
-        dist.broadcast(p.data, 0)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    start = restore(run_dir, model, opt) if resume else 1
-    log = MetricsLog(run_dir, resume_epoch=start - 1) if rank == 0 else None
-    base_rss = rss_mb()  # libraries + dataset: what training adds is measured against this
-    train_s = sum(r.get("epoch_s", 0.0) for r in log.records()) if log else 0.0
-    for epoch in range(start, cfg.train.epochs + 1):
-        dist.barrier()
-        lr = engine.epoch_lr(cfg.train.lr, epoch, cfg.train.epochs, ph.lr_schedule)
-        engine.set_lr(opt, lr)
-        t0 = time.perf_counter()
+    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """One pass over the training fields; rank 0's phase timers."""
         timers: dict[str, float] = {}
-        loss = engine.train_epoch(model, opt, data, ph, seed, epoch, rank, world, dtype, timers)
-        epoch_s = time.perf_counter() - t0
-        train_s += epoch_s
-        record = {"epoch": epoch, "loss": loss, "epoch_s": epoch_s, "lr": lr, **timers}
-        if ph.eval_every and epoch % ph.eval_every == 0 and epoch < cfg.train.epochs:
-            pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats, rank, world, dtype)
-            record.update(engine.metrics(pred, data.test, data.y_norm))
-        if rank == 0:
-            end_epoch(run_dir, log, record, model, opt)
-            print(f"epoch {epoch}: loss {loss:.4f} ({epoch_s:.1f} s)", flush=True)
-    dist.barrier()
-    t1 = time.perf_counter()
-    pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats, rank, world, dtype)
-    infer_s = time.perf_counter() - t1
-    result = engine.metrics(pred, data.test, data.y_norm)
-    rss: list = [None] * world
-    dist.all_gather_object(rss, peak_rss_mb())
-    extra: list = [None] * world
-    dist.all_gather_object(extra, peak_rss_mb() - base_rss)
-    if rank == 0:
-        log.summary({**result, "epochs": cfg.train.epochs, "train_s": train_s,
-                     "infer_s": infer_s, "wall_s": time.perf_counter() - t_start,
-                     "peak_rss_mb": max(rss), "peak_rss_mb_per_worker": rss,
-                     "train_mem_mb": max(extra),
-                     "workers": world, "mode": "dsmpnn", "dataset": cfg.dataset.name,
-                     "sampled_nodes": ph.sampled_nodes, "max_edges": ph.max_edges,
-                     "final_loss": log.records()[-1]["loss"] if log.records() else None})
-    dist.barrier()
+        loss = engine.train_epoch(trainer.model, trainer.step, self.data, self.cfg.physics,
+                                  self.cfg.train.seed, epoch, trainer.rank, trainer.world,
+                                  trainer.dtype, timers,
+                                  advance=lambda value: trainer.advance(loss=value))
+        return {"loss": loss, **timers}
 
+    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """``test_rmse`` and ``test_rel_l2`` of full-field predictions of the test fields."""
+        ph = self.cfg.physics
+        pred = engine.predict(trainer.model, self.data, self.data.test, ph, self.cfg.train.seed,
+                              ph.infer_repeats, trainer.rank, trainer.world, trainer.dtype)
+        return engine.metrics(pred, self.data.test, self.data.y_norm)
 
-def exit_now(code: int = 0) -> None:
-    """Flush and leave without running destructors.
-
-    With torch 2.2, destroying a gloo process group (explicitly or at interpreter exit) can
-    deadlock: the destructor joins gloo's worker threads while holding the GIL, and a worker
-    thread may still need the GIL to free the last tensor of a finished async operation
-    (observed with isend/irecv halo traffic). Results are already written atomically.
-    """
-    import os
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="DS-MPNN worker process")
-    parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args()
-    worker_main(args.run_dir, args.resume)
-    exit_now(0)
+    def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The dataset, sampling settings and inference time of the final evaluation."""
+        ph = self.cfg.physics
+        return {"dataset": self.cfg.dataset.name, "sampled_nodes": ph.sampled_nodes,
+                "max_edges": ph.max_edges,
+                "infer_s": records[-1].get("eval_s") if records else None}

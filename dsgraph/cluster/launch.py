@@ -1,14 +1,20 @@
-"""Start the processes of a job with the right environment, under a :class:`Supervisor`."""
+"""Start a job's processes on their machines, here, over ssh or in network namespaces, under one
+:class:`Supervisor`; :func:`run_workers` runs a plain gloo job (one worker per machine)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from dsgraph.cluster.ports import free_port_range
+from dsgraph.cluster.spec import Machine, plan_machines
 from dsgraph.cluster.supervise import Supervisor
 from dsgraph.config import ClusterConfig
+
+# Variables a remote (ssh) process needs; everything else stays local.
+_FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "RANK",
+            "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 
 
 def base_env(cluster: ClusterConfig) -> dict[str, str]:
@@ -22,16 +28,74 @@ def base_env(cluster: ClusterConfig) -> dict[str, str]:
     return env
 
 
-def run_workers(run_dir: Path, module: str, num_workers: int, cluster: ClusterConfig,
-                args: Sequence[str] = (), name: str = "worker") -> None:
-    """Run ``python -m module --run-dir RUN *args`` as ``num_workers`` gloo ranks; raise on failure."""
-    run_dir = Path(run_dir)
-    port = free_port_range(1)
-    with Supervisor(run_dir / "logs", cluster.timeout_s) as sup:
-        for rank in range(num_workers):
-            env = base_env(cluster)
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(num_workers),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            sup.spawn(f"{name}{rank}", [sys.executable, "-m", module, "--run-dir", str(run_dir),
-                                        *args], env)
-        sup.wait()
+def remote_argv(machine: Machine, cluster: ClusterConfig, argv: Sequence[str],
+                env: dict[str, str]) -> list[str]:
+    """Wrap ``argv`` for another host as DGL's launch.py does: cd, explicit environment, same
+    python; over ssh, or with ``ip netns exec`` when the hosts are network namespaces."""
+    keys = [k for k in env if k.startswith(("DGL_", "DSGRAPH_")) or k in _FORWARD]
+    workdir = cluster.workdir or os.getcwd()
+    remote = (f"cd {shlex.quote(workdir)} && exec env "
+              + " ".join(f"{k}={shlex.quote(env[k])}" for k in keys) + " "
+              + " ".join(shlex.quote(a) for a in argv))
+    if cluster.netns:
+        return ["ip", "netns", "exec", str(cluster.netns[machine.index]), "sh", "-c", remote]
+    return ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-tt",
+            "-p", str(cluster.ssh_port), machine.ip, remote]
+
+
+def gloo_env(rank: int, local_rank: int, world: int, master: Machine, port: int) -> dict[str, str]:
+    """What torch.distributed's env:// initialisation reads."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
+            "MASTER_ADDR": master.ip, "MASTER_PORT": str(port)}
+
+
+class Launcher:
+    """Starts processes on machines under a Supervisor (use as a context manager)."""
+
+    def __init__(self, run_dir: Path, cluster: ClusterConfig, timeout_s: float,
+                 shm_token: str | None = None, snapshot_shm: bool = False) -> None:
+        self.cluster = cluster
+        self.python = cluster.python or sys.executable
+        self.supervisor = Supervisor(Path(run_dir) / "logs", timeout_s, shm_token=shm_token,
+                                     snapshot_shm=snapshot_shm)
+
+    def __enter__(self) -> "Launcher":
+        self.supervisor.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.supervisor.__exit__(*exc)
+
+    def start(self, machine: Machine, name: str, python_args: Sequence[str], env: dict[str, str],
+              required: bool = True, echo: bool = False) -> None:
+        """Run ``python *python_args`` on ``machine`` with ``env`` added to :func:`base_env`."""
+        env = {**base_env(self.cluster), **env}
+        argv = [self.python, *python_args]
+        if not machine.is_local:
+            # gloo must bind the interface that holds this host's address, not loopback
+            env.pop("GLOO_SOCKET_IFNAME", None)
+            env["DSGRAPH_HOST_IP"] = machine.ip
+            argv = remote_argv(machine, self.cluster, argv, env)
+        self.supervisor.spawn(name, argv, env, required=required, echo=echo)
+
+    def wait(self) -> dict[str, float]:
+        """Wait for every required process (raise JobFailed on a fault); peak RSS per process."""
+        self.supervisor.wait()
+        return dict(self.supervisor.peak_rss_mb)
+
+
+def run_workers(run_dir: Path, cluster: ClusterConfig, module: str, num_workers: int,
+                args: Sequence[str] = (), timeout_s: float = 1800.0,
+                name: str = "worker") -> dict[str, float]:
+    """Run ``python -m module --run-dir RUN *args`` as ``num_workers`` gloo ranks, rank r on
+    machine r (``cluster.ip_config``/``netns``, or all on this host); rank 0's output is echoed.
+    Returns each process's peak RSS in MiB; raises JobFailed on a fault."""
+    machines = plan_machines(cluster, num_workers)
+    with Launcher(run_dir, cluster, timeout_s) as launcher:
+        for rank, machine in enumerate(machines):
+            # The first machine's port (free on loopback, or as ip_config names it) is gloo's.
+            env = gloo_env(rank, 0, num_workers, machines[0], machines[0].port)
+            launcher.start(machine, f"{name}{rank}",
+                           ["-m", module, "--run-dir", str(Path(run_dir).resolve()), *args], env,
+                           echo=rank == 0)
+        return launcher.wait()

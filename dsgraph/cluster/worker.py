@@ -1,4 +1,4 @@
-"""Worker-side set-up of a gloo job started by :func:`dsgraph.cluster.launch.run_workers`."""
+"""Inside a job's process: thread count, joining the gloo process group, the one exit path."""
 from __future__ import annotations
 
 import datetime
@@ -27,29 +27,45 @@ def interface_of(ip: str) -> str:
     raise RuntimeError(f"no network interface holds {ip} on this host")
 
 
-def init_gloo(timeout_s: float = 600.0) -> tuple[int, int]:
-    """Set threads and join the gloo process group from env (RANK, WORLD_SIZE, MASTER_*)."""
+def init_process_group(timeout_s: float = 600.0) -> tuple[int, int]:
+    """Set threads and join the gloo process group the launcher described in the environment
+    (RANK, WORLD_SIZE, MASTER_ADDR/PORT; DSGRAPH_HOST_IP on another host); return (rank, world).
+
+    Without RANK (a plain single process) there is no group and the result is (0, 1).
+    """
     set_threads()
+    if "RANK" not in os.environ:
+        return 0, 1
     host_ip = os.environ.get("DSGRAPH_HOST_IP")
     if host_ip and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # gloo must bind the interface holding this host's address, not loopback
         os.environ["GLOO_SOCKET_IFNAME"] = interface_of(host_ip)
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
 
 
-def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
-    """Run a worker's main; on any error print the traceback and exit(1) at once.
+def exit_now(code: int = 0) -> None:
+    """Flush and leave without running destructors or atexit handlers.
 
-    DGL registers an atexit handler that waits at a barrier for every other client, so a worker
-    that raised would otherwise never exit and the job would hang (observed with DGL 2.1.0).
+    Results are already written atomically. Two things would otherwise hang a finished or failed
+    worker: DGL's atexit handler waits at a barrier for every other client, and with torch 2.2
+    destroying a gloo process group can deadlock (its destructor joins gloo's threads holding
+    the GIL while a thread still needs it to free the last tensor of an async operation).
     """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
+    """Run a worker's main and exit through :func:`exit_now`: 0 on success; on any error print
+    the traceback and exit 1 (130 on Ctrl-C) at once, so the supervisor sees the fault."""
     try:
         fn(*args)
+    except SystemExit as exc:
+        exit_now(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the process
-        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
-            traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1 if not isinstance(exc, KeyboardInterrupt) else 130)
-        raise
+        traceback.print_exc()
+        exit_now(130 if isinstance(exc, KeyboardInterrupt) else 1)
+    exit_now(0)

@@ -5,7 +5,7 @@ Public API: ``compression_context(cfg)`` (what trainers use), ``compressed(cfg)`
 """
 from dsgraph.compress.codec import (PackedMask, QTensor, QuantSpec, dequantize, pack_mask,
                                     packed_nbytes, quantize, unpack_mask)
-from dsgraph.compress.config import CompressionConfig
+from dsgraph.config import CompressionConfig
 from dsgraph.compress.hooks import (Compressor, SavedStats, compressed, compression_context,
                                     spec_from_config)
 from dsgraph.compress.levels import int2_levels, optimal_lo

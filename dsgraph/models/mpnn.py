@@ -7,11 +7,13 @@ E x width x width weight tensor per layer, so width and the edge count bound CPU
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
 import dgl.nn as dglnn
+
+from dsgraph.models.base import Exchange, FieldModel
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -23,7 +25,7 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class KernelMPNN(nn.Module):
+class KernelMPNN(FieldModel):
     """Encoder, ``layers`` NNConv kernel layers (mean aggregation), decoder."""
 
     def __init__(self, in_feats: int, num_classes: int, edge_feats: int = 5, width: int = 16,
@@ -51,7 +53,7 @@ class KernelMPNN(nn.Module):
         return torch.nn.functional.gelu(out) if i < self.num_layers - 1 else out
 
     def forward(self, graph, x: torch.Tensor, efeat: Optional[torch.Tensor] = None,
-                exchange: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+                exchange: Optional[Exchange] = None) -> torch.Tensor:
         """Predict node outputs; ``exchange(h)`` refreshes halo rows between layers (DS-MPNN).
 
         ``efeat`` defaults to ``graph.edata["feat"]``. The encoder and decoder are pointwise, so

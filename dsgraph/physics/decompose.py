@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsgraph.errors import ConfigError
+from dsgraph.partition.assign import metis_assignment, symmetric_csr
 
 
 def bisection(pos: np.ndarray, parts: int) -> np.ndarray:
@@ -33,19 +34,12 @@ def bisection(pos: np.ndarray, parts: int) -> np.ndarray:
 
 def metis(num_nodes: int, src: np.ndarray, dst: np.ndarray, parts: int, seed: int = 0) -> np.ndarray:
     """METIS k-way partition (pymetis) of the symmetrised graph: owner id per node."""
-    import pymetis
-
-    if parts == 1:
+    if parts == 1:  # nothing to cut: skip building the adjacency
         return np.zeros(num_nodes, dtype=np.int64)
-    s = np.concatenate([src, dst])
-    d = np.concatenate([dst, src])
-    keep = s != d
-    key = np.unique(s[keep] * num_nodes + d[keep])  # deduplicated, sorted by source
-    rows, cols = key // num_nodes, key % num_nodes
-    starts = np.searchsorted(rows, np.arange(num_nodes + 1))
-    res = pymetis.part_graph(parts, pymetis.CSRAdjacency(starts.tolist(), cols.tolist()),
-                             options=pymetis.Options(seed=seed))
-    return np.asarray(res.vertex_part, dtype=np.int64)
+    # The partitioner's own assignment (no vertex weights: every node counts once), so the
+    # symmetrisation and the balance cap (rebalance) are the same as for partition files.
+    adj = symmetric_csr(np.asarray(src), np.asarray(dst), num_nodes)
+    return metis_assignment(adj, parts, None, seed)
 
 
 def decompose(pos: np.ndarray, src: np.ndarray, dst: np.ndarray, parts: int,

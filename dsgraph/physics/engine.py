@@ -3,15 +3,17 @@ full-field inference and metrics. Works for one worker (no torch.distributed nee
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import torch
-import torch.distributed as dist
+
+from dsgraph import dist
 
 from dsgraph.physics import sampling
 from dsgraph.physics.decompose import bisection, decompose
 from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
-from dsgraph.physics.halo import HaloExchange, LocalPlan, allreduce_grads, exchange, make_plan
+from dsgraph.physics.halo import HaloExchange, LocalPlan, exchange, make_plan
 
 
 def local_graph(fs: FieldSet, i: int, nodes: np.ndarray | None, ph, coef_cols: slice,
@@ -62,41 +64,20 @@ def local_loss(pred: torch.Tensor, target: np.ndarray, plan: LocalPlan) -> torch
     return ((pred[:plan.num_owned] - y) ** 2).sum() / (plan.global_owned * y.shape[1])
 
 
-def epoch_lr(base: float, epoch: int, epochs: int, schedule: str) -> float:
-    """Learning rate of 1-based ``epoch``: constant, or cosine decay from ``base`` towards 0.
-
-    Stateless (a function of the epoch only), so a resumed run uses the same rates.
-    """
-    if schedule == "constant":
-        return base
-    return base * 0.5 * (1.0 + np.cos(np.pi * (epoch - 1) / epochs))
-
-
-def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
-    """Set every parameter group's learning rate."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-
-
-def _sum(value: float, world: int) -> float:
-    if world == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t)
-    return float(t.item())
-
-
-def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldData, ph,
-                seed: int, epoch: int, rank: int = 0, world: int = 1,
-                dtype: torch.dtype = torch.float32, timers: dict[str, float] | None = None) -> float:
+def train_epoch(model: torch.nn.Module, step: Callable[[torch.Tensor, dict], None],
+                data: FieldData, ph, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                dtype: torch.dtype = torch.float32, timers: dict[str, float] | None = None,
+                advance: Callable[[float], None] | None = None) -> float:
     """One pass over the training samples (one freshly sampled graph each); mean train MSE.
 
-    Every worker draws the same global sample from the shared seed and trains on its subdomain.
-    ``timers`` (if given) accumulates this worker's seconds per phase: ``graph_s`` (sampling,
-    edges, plan), ``compute_s`` (forward + backward without the halo exchanges), ``halo_s``
-    (exchanges, waiting for the peer included), ``allreduce_s`` (with the gradient clipping),
-    ``step_s`` (optimizer) and
-    ``cpu_s`` (CPU time this process got: below the wall time when other jobs share the cores).
+    ``step(loss, timers)`` runs backward, the gradient sum over workers and the optimizer step
+    (:meth:`dsgraph.trainer.Trainer.step`). Every worker draws the same global sample from the
+    shared seed and trains on its subdomain. ``timers`` (if given) accumulates this worker's
+    seconds per phase: ``graph_s`` (sampling, edges, plan), ``compute_s`` (forward + backward
+    without the halo exchanges), ``halo_s`` (exchanges, waiting for the peer included),
+    ``allreduce_s`` (with the gradient clipping), ``step_s`` (optimizer) and ``cpu_s`` (CPU
+    time this process got: below the wall time when other jobs share the cores).
+    ``advance(loss)`` is called after every sample (a progress bar).
     """
     model.train()
     fs = data.train
@@ -113,24 +94,17 @@ def train_epoch(model: torch.nn.Module, opt: torch.optim.Optimizer, data: FieldD
         t1 = time.perf_counter()
         pred = local_forward(model, sg, plan, dtype)
         loss = local_loss(pred, fs.y[i][sg.nodes], plan)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
         t2 = time.perf_counter()
-        if world > 1:
-            allreduce_grads(model.parameters())
-        if ph.grad_clip > 0:  # after the all-reduce: every worker clips the same gradient
-            torch.nn.utils.clip_grad_norm_(model.parameters(), ph.grad_clip)
-        t3 = time.perf_counter()
-        opt.step()
+        step(loss, t)
+        backward_s = t.pop("backward_s", 0.0)  # forward and backward count as compute
         total += float(loss.item())
-        t4 = time.perf_counter()
         t["graph_s"] += t1 - t0
-        t["compute_s"] += t2 - t1 - plan.comm_s
+        t["compute_s"] += t2 - t1 + backward_s - plan.comm_s
         t["halo_s"] += plan.comm_s
-        t["allreduce_s"] += t3 - t2
-        t["step_s"] += t4 - t3
+        if advance is not None:
+            advance(float(loss.item()))
     t["cpu_s"] += time.process_time() - cpu0
-    return _sum(total, world) / len(fs)
+    return dist.all_sum([total])[0] / len(fs)
 
 
 @torch.no_grad()
@@ -149,11 +123,7 @@ def predict(model: torch.nn.Module, data: FieldData, fs: FieldSet, ph, seed: int
                 sg, plan = local_graph(fs, i, nodes, ph, data.coef_cols, rng, rank, world, seed)
                 pred = local_forward(model, sg, plan, dtype)[:plan.num_owned]
                 acc[sg.nodes[plan.owned]] += pred.double().numpy()
-        if world > 1:
-            t = torch.from_numpy(acc)
-            dist.all_reduce(t)
-            acc = t.numpy()
-        out[i] = acc / repeats
+        out[i] = dist.all_sum_(torch.from_numpy(acc)).numpy() / repeats
     return out
 
 

@@ -139,16 +139,3 @@ def exchange(plan: LocalPlan, fn: type[torch.autograd.Function] = HaloExchange):
     if plan.world == 1:
         return None
     return lambda h: fn.apply(h, plan)
-
-
-def allreduce_grads(params) -> None:
-    """Sum parameter gradients over all workers (gloo all_reduce on one flat buffer)."""
-    params = [p for p in params if p.requires_grad]
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    offset = 0
-    for p in params:
-        k = p.numel()
-        p.grad = flat[offset:offset + k].view_as(p).clone()
-        offset += k

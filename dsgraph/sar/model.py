@@ -1,8 +1,6 @@
-"""Model-side helpers: which dgl.nn layers SAR supports, parameter sync, gradient all-reduce."""
+"""Which dgl.nn layers SAR runs, and routing GATConv through the fused SAR attention."""
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
 from torch import nn
 
 from dsgraph.errors import UserError
@@ -39,32 +37,3 @@ def prepare_model(model: nn.Module) -> nn.Module:
         if type(mod).__name__ == "GATConv" and type(mod).__module__.startswith("dgl.nn"):
             mod.forward = types.MethodType(gat_forward, mod)
     return model
-
-
-def broadcast_parameters(model: nn.Module) -> None:
-    """Make every worker's parameters and buffers equal to rank 0's."""
-    for t in model.state_dict().values():
-        dist.broadcast(t, 0)
-
-
-def allreduce_gradients(model: nn.Module) -> None:
-    """Sum parameter gradients over workers (one flat all_reduce)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
-    dist.all_reduce(flat)
-    off = 0
-    for p in params:
-        n = p.numel()
-        p.grad.copy_(flat[off:off + n].view_as(p.grad))
-        off += n
-
-
-def global_sum(value: float | int, dtype: torch.dtype = torch.float64) -> float:
-    """Sum of a scalar over all workers."""
-    t = torch.tensor([value], dtype=dtype)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t)
-    return t.item()

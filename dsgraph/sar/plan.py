@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from dsgraph.sar.partition import LocalPartition
+from dsgraph.partition.reader import LocalPartition
 
 
 def _exchange(rank: int, world: int, sends: list[torch.Tensor], sizes: list[int],

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
+from dsgraph.partition.reader import LocalPartition, load_local_partition
 from dsgraph.sar.comm import Comm
 from dsgraph.sar.graph import SarGraph
 from dsgraph.sar.ops import Runtime
-from dsgraph.sar.partition import LocalPartition, load_local_partition
 from dsgraph.sar.plan import ShardPlan
 
 

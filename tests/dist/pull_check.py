@@ -20,10 +20,10 @@ def main(run_dir: Path) -> None:
     import dgl
     import torch.distributed as dist
 
-    from dsgraph.cluster.worker import init_gloo
+    from dsgraph.cluster.worker import init_process_group
 
     dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
-    rank, _ = init_gloo(120)
+    rank, _ = init_process_group(120)
     g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
     pb = g.get_partition_book()
     original = torch.load(run_dir / "original_feat.pt")
@@ -31,7 +31,7 @@ def main(run_dir: Path) -> None:
     feat = g.ndata["feat"][ids]
     orig = g.ndata["orig_id"][ids]
     bad = (feat != original[orig]).any(1)
-    from dsgraph.dist_features import HaloCachedFeatures
+    from dsgraph.distgraph.features import HaloCachedFeatures
     perm = ids[torch.randperm(ids.numel())]  # any order, local/halo/remote rows mixed
     cached = HaloCachedFeatures(g, "feat")[perm]
     remote = pb.nid2partid(ids) != pb.partid

@@ -18,7 +18,7 @@ import torch
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
-from partition import partition_graph
+from dsgraph.partition import partition_graph
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import JobFailed
-from partition import partition_graph
+from dsgraph.partition import partition_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable

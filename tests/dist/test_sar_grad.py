@@ -76,7 +76,7 @@ def check(g, results: list[dict], world: int) -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_gradients_match_single_process(world, tmp_path):
-    from partition import partition_graph
+    from dsgraph.partition import partition_graph
     g = make_graph(120, seed=world)
     part_json = partition_graph(g, world, tmp_path / "parts", method="metis" if world > 1
                                 else "random")
@@ -88,7 +88,7 @@ def test_gradients_match_single_process(world, tmp_path):
 def test_four_uneven_parts_with_empty_shards(tmp_path):
     """N = 4 with parts of 100/30/12/8 nodes; edges only between adjacent parts, so parts 0-2,
     0-3 and 1-3 exchange nothing (empty shards) while the ring still runs through them."""
-    from dsgraph.partition_io import write_partitions
+    from dsgraph.partition import write_partitions
     sizes = [100, 30, 12, 8]
     g = make_graph(sum(sizes), blocks=sizes, seed=7)
     assign = np.repeat(np.arange(4), sizes)

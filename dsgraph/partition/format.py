@@ -1,25 +1,50 @@
-"""DGL partition files: write from any node assignment, read back, verify.
+"""The on-disk partition format (stock DGL partition files) and its writer.
 
-The layout is exactly what stock ``dgl.distributed.load_partition`` / ``DistGraphServer`` read:
-``<graph_name>.json`` plus ``part<k>/graph.dgl``, ``node_feat.dgl`` and ``edge_feat.dgl``. Node ids
-are reshuffled so part ``k`` owns a contiguous range; every part's ``node_feat.dgl`` also holds
-``_N/orig_id``, the original id of each owned node, so results can be mapped back. Edges belong to
-their destination's part. Files are written into a temporary folder that is renamed into place
-only when complete.
+Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under ``out_dir``:
+
+- ``<graph_name>.json``: DGL's partition config: ``graph_name``, ``num_nodes``, ``num_edges``,
+  ``part_method``, ``num_parts``, ``halo_hops``, ``node_map`` ``{"_N": [[lo, hi], ...]}`` and
+  ``edge_map`` ``{"_N:_E:_N": [[lo, hi], ...]}`` (one half-open, contiguous id range per part, in
+  part order), ``ntypes``, ``etypes``, and per part ``part-<k>`` the paths of the three files
+  below, relative to the JSON. Extra key (ignored by DGL): ``num_classes``, from ``ndata["label"]``.
+- ``part<k>/graph.dgl``: part ``k``'s graph. Its owned ("inner") nodes come first, in id order,
+  then its halo nodes (neighbours owned by other parts, up to ``halo_hops`` away); it holds every
+  in-edge of its owned nodes (``inner_edge`` = 1: an edge belongs to its destination's part) and
+  edges that reach its halo (the 1-hop set exactly: :func:`split_one_hop`). ndata: ``_ID``
+  (reshuffled global id), ``inner_node`` (uint8), ``part_id``; edata: ``_ID``, ``inner_edge``
+  (uint8).
+- ``part<k>/node_feat.dgl``: ``_N/<key>`` for every ``ndata`` key of the input graph (``feat``,
+  ``label``, the masks, ...), one row per owned node in reshuffled order, plus ``_N/orig_id``:
+  the original id of each owned node, so results can be mapped back
+  (:func:`dsgraph.partition.reader.orig_ids`).
+- ``part<k>/edge_feat.dgl``: empty.
+- ``partition_stats.json``: :func:`partition_stats` plus per-part counts, ``train_balance``,
+  ``wall_s``, ``peak_rss_mb`` and whatever the caller passed (``python -m partition`` adds
+  ``source``, the config that produced the files).
+
+Node ids are reshuffled so part ``k`` owns a contiguous range (part-major, original order within
+a part); edge ids likewise by destination part. This is exactly what stock
+``dgl.distributed.load_partition`` / ``DistGraphServer`` read, and what
+:mod:`dsgraph.partition.reader` relies on. Files are written into a temporary folder that is
+renamed into place only when complete.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+from dsgraph.procstats import peak_rss_mb
+
+if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time
+    from dgl import DGLGraph
 
 
-def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
+def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
                      halo_hops: int = 1, method: str = "custom", force: bool = False,
                      stats: dict | None = None, num_parts: int | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
@@ -102,7 +127,6 @@ def write_partitions(g, assignment: np.ndarray, out_dir: str | os.PathLike, grap
         trains = [p["train_nodes"] for p in stats["parts"]]
         stats["train_balance"] = max(trains) / max(np.mean(trains), 1e-9) if any(trains) else 1.0
         stats["wall_s"] = stats.get("wall_s", 0.0) + time.perf_counter() - t0
-        from dsgraph.runs import peak_rss_mb
         stats["peak_rss_mb"] = peak_rss_mb()
         (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
     return Path(out_dir) / f"{graph_name}.json"
@@ -179,7 +203,7 @@ def split_one_hop(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_
     return parts
 
 
-def partition_stats(g, assignment: np.ndarray, method: str) -> dict:
+def partition_stats(g: DGLGraph, assignment: np.ndarray, method: str) -> dict:
     """Edge cut (edges whose endpoints lie in different parts) and node balance of an assignment."""
     src, dst = (t.numpy() for t in g.edges())
     num_parts = int(assignment.max()) + 1
@@ -189,13 +213,3 @@ def partition_stats(g, assignment: np.ndarray, method: str) -> dict:
             "num_edges": int(g.num_edges()), "edge_cut": cut,
             "edge_cut_ratio": cut / max(g.num_edges(), 1),
             "node_balance": float(counts.max() / counts.mean())}
-
-
-def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
-    """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
-    from dgl.data.utils import load_tensors
-
-    cfg_path = Path(part_config)
-    meta = json.loads(cfg_path.read_text())
-    return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]
-                      for k in range(meta["num_parts"])])

@@ -1,13 +1,14 @@
-"""Load one worker's partition from stock DGL partition files (``load_partition``)."""
+"""Read partition files back (layout: :mod:`dsgraph.partition.format`): one worker's part, orig ids."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from dsgraph.errors import DataError
+from dsgraph.errors import DataError, UserError
 
 NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask", "orig_id")
 
@@ -34,7 +35,26 @@ class LocalPartition:
         return int(self.node_ranges[-1])
 
 
+def partition_json(cfg) -> Path:
+    """The partition JSON a run reads (``partition.out_dir``/``graph_name``.json), checked to
+    exist and to hold ``partition.num_parts`` parts; ``cfg`` is a :class:`dsgraph.config.Config`."""
+    p = cfg.partition
+    path = Path(p.out_dir) / f"{p.graph_name}.json"
+    if not path.is_file():
+        raise UserError(f"{path}: partition files not found; run `python -m partition --config "
+                        f"{cfg.source}` (or `make partition`) first")
+    try:
+        parts = int(json.loads(path.read_text())["num_parts"])
+    except (ValueError, KeyError, TypeError):
+        raise DataError(f"{path}: not a DGL partition JSON (no num_parts)") from None
+    if parts != p.num_parts:
+        raise UserError(f"{path}: holds {parts} parts but partition.num_parts is {p.num_parts}; "
+                        f"re-run `python -m partition --config {cfg.source}`")
+    return path
+
+
 def _node_ranges(meta: dict, part_json: Path) -> torch.Tensor:
+    """``node_map`` as part boundaries ``[r0, r1, ..., r_P]``; DataError unless one contiguous type."""
     node_map = meta.get("node_map")
     if not isinstance(node_map, dict) or len(node_map) != 1:
         raise DataError(f"{part_json}: node_map: expected one node type (a homogeneous graph), "
@@ -87,3 +107,13 @@ def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> L
     if "orig_id" not in ndata:  # without it results cannot be mapped back; reshuffled ids remain
         ndata["orig_id"] = torch.arange(int(ranges[rank]), int(ranges[rank + 1]))
     return LocalPartition(rank, num_parts, ranges, src, dst, ndata)
+
+
+def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
+    """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
+    from dgl.data.utils import load_tensors
+
+    cfg_path = Path(part_config)
+    meta = json.loads(cfg_path.read_text())
+    return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]
+                      for k in range(meta["num_parts"])])

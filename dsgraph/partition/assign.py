@@ -1,4 +1,4 @@
-"""Node-to-part assignments: METIS k-way via pymetis (multi-constraint) and a random baseline."""
+"""Node-to-part assignment: METIS k-way (pymetis, multi-constraint), rebalancing, a random baseline."""
 from __future__ import annotations
 
 import warnings

@@ -1,0 +1,129 @@
+"""Run configuration: the section dataclasses, YAML loading, ``--set`` overrides, validation.
+
+A YAML file has one mapping per section (``dataset``, ``partition``, ``model``, ``train``,
+``sampled``, ``sar``, ``physics``, ``compression``, ``cluster``); every key is optional and
+defaults to the dataclass default. Anything invalid, alone or in combination, raises
+:class:`ConfigError` with one line naming the file, the key path and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dsgraph.config.checks import cross_check
+from dsgraph.config.schema import build_section, reference_rows
+from dsgraph.config.sections import (ClusterConfig, CompressionConfig, Config, DatasetConfig,
+                                     ModelConfig, PartitionConfig, PhysicsConfig, SampledConfig,
+                                     SarConfig, TrainConfig)
+from dsgraph.errors import ConfigError
+from dsgraph.fsutil import atomic_write_text
+
+__all__ = ["ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DatasetConfig",
+           "ModelConfig", "PartitionConfig", "PhysicsConfig", "SampledConfig", "SarConfig",
+           "TrainConfig", "SECTIONS", "add_cli_args", "dump", "from_dict", "load",
+           "parse_override", "reference_table"]
+
+SECTIONS = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
+
+
+def from_dict(data: Any, src: str = "<config>") -> Config:
+    """Validate a parsed YAML mapping into a :class:`Config` (fields, then cross-field rules)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{src}: expected a mapping of sections at the top level, got {data!r}")
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{src}: {unknown[0]}: unknown section; allowed sections: "
+                          + ", ".join(SECTIONS))
+    hints = typing.get_type_hints(Config)
+    sections = {name: build_section(hints[name], data.get(name), name, src) for name in SECTIONS}
+    cfg = Config(**sections, source=src)
+    cross_check(cfg)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``section.key[.subkey...]=value`` into its key path and value (parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected section.key=value")
+    path, raw = text.split("=", 1)
+    keys = path.split(".")
+    if len(keys) < 2 or not all(keys):
+        raise ConfigError(f"--set {text}: expected section.key=value")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return keys, value
+
+
+def _apply_override(data: dict, text: str) -> None:
+    """Set one ``--set`` value in the parsed YAML, creating sections and nested mappings."""
+    keys, value = parse_override(text)
+    if keys[0] not in SECTIONS:
+        raise ConfigError(f"--set {text}: {keys[0]}: unknown section; allowed sections: "
+                          + ", ".join(SECTIONS))
+    node = data
+    for depth, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            where = ".".join(keys[:depth + 1])
+            raise ConfigError(f"--set {text}: {where}: expected a mapping to set "
+                              f"{keys[depth + 1]!r} in, got {child!r}")
+        node = child
+    node[keys[-1]] = value
+
+
+def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config file (None = built-in defaults), apply ``--set`` overrides, validate."""
+    src = str(path) if path is not None else "<defaults>"
+    data: Any = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{src}: config file not found")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{src}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{src}: expected UTF-8 text, got undecodable byte at offset "
+                              f"{exc.start}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{src}: expected a mapping of sections at the top level, "
+                              f"got {type(data).__name__}")
+    for text in overrides:
+        _apply_override(data, text)
+    return from_dict(data, src)
+
+
+def dump(cfg: Config, path: str | os.PathLike) -> None:
+    """Write the resolved config as YAML (atomically)."""
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def reference_table() -> str:
+    """The README's configuration table (markdown), generated from the fields' docs."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference_rows(Config)]
+    return "\n".join(lines)
+
+
+def add_cli_args(parser: Any) -> None:
+    """Add the ``--config FILE`` and repeated ``--set section.key=value`` options."""
+    parser.add_argument("--config", default="configs/default.yaml",
+                        help="YAML run configuration (default: configs/default.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.KEY=VALUE",
+                        help="override one config value, e.g. train.epochs=10 or "
+                             "model.args.hidden=64 (repeatable)")

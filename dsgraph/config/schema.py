@@ -1,0 +1,136 @@
+"""Validation of parsed YAML against the section dataclasses: types, bounds, unknown keys.
+
+Types come from the annotations (``Literal`` choices, ``Optional``, int/float/bool/str/list/
+dict), bounds from the field metadata (:func:`dsgraph.config.fields.opt`). Every problem is a
+:class:`ConfigError` with one line naming the source, the key path and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+from dsgraph.errors import ConfigError
+
+# Keys that moved between sections: a config written for an older layout gets told where to.
+MOVED = {
+    "train.batch_size": "sampled.batch_size", "train.fanouts": "sampled.fanouts",
+    "train.eval": "sampled.eval", "train.eval_batch_size": "sampled.eval_batch_size",
+    "train.cache_halo": "sampled.cache_halo", "sar.eval_every": "train.eval_every",
+    "sar.timeout_s": "train.collective_timeout_s", "cluster.timeout_s": "train.timeout_s",
+    "physics.lr_schedule": "train.lr_schedule", "physics.grad_clip": "train.grad_clip",
+    "physics.eval_every": "train.eval_every",
+}
+
+
+def describe(tp: Any) -> str:
+    """What a value of annotation ``tp`` must look like, in words."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return describe(inner[0]) + " or null"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            list: "a list", dict: "a mapping"}.get(origin or tp, str(tp))
+
+
+def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it converted (int -> float)."""
+    def fail(expected: str) -> typing.NoReturn:
+        raise ConfigError(f"{src}: {where}: expected {expected}, got {value!r}")
+
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
+            fail(describe(tp))
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        return _coerce(inner, value, where, src)
+    checks = {bool: lambda v: isinstance(v, bool),
+              int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              str: lambda v: isinstance(v, str), list: lambda v: isinstance(v, list),
+              dict: lambda v: isinstance(v, dict)}
+    kind = origin or tp
+    if kind in checks and not checks[kind](value):
+        fail(describe(kind))
+    if kind is float:
+        return float(value)
+    if kind in (list, dict):
+        return kind(value)
+    return value
+
+
+def _check_bounds(f: dataclasses.Field, value: Any, where: str, src: str) -> None:
+    md = f.metadata
+    if value is None:
+        return
+    words = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+    ops = {"ge": float.__ge__, "gt": float.__gt__, "le": float.__le__, "lt": float.__lt__}
+    kind = "an integer" if isinstance(value, int) else "a number"
+    for key, _ in words:
+        limit = md.get(key)
+        if limit is not None and not ops[key](float(value), float(limit)):
+            parts = [f"{w} {md[k]}" for k, w in words if md.get(k) is not None]
+            raise ConfigError(f"{src}: {where}: expected {kind} {' and '.join(parts)}, got {value!r}")
+    item_ge = md.get("item_ge")
+    if item_ge is not None:
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int) or v < item_ge:
+                raise ConfigError(
+                    f"{src}: {where}: expected a list of integers >= {item_ge}, got {value!r}")
+
+
+def build_section(cls: type, data: Any, section: str, src: str) -> Any:
+    """Validate one section's mapping into an instance of its dataclass ``cls``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{src}: {section}: expected a mapping of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"{section}.{unknown[0]}"
+        if where in MOVED:
+            raise ConfigError(f"{src}: {where}: this key is now {MOVED[where]}")
+        raise ConfigError(f"{src}: {where}: unknown key; allowed keys: " + ", ".join(sorted(fields)))
+    kwargs = {}
+    for name, value in data.items():
+        where = f"{section}.{name}"
+        kwargs[name] = _coerce(hints[name], value, where, src)
+        _check_bounds(fields[name], kwargs[name], where, src)
+    obj = cls(**kwargs)
+    for name, f in fields.items():  # defaults are checked too, so a bad default cannot slip by
+        if name not in kwargs:
+            _check_bounds(f, getattr(obj, name), f"{section}.{name}", src)
+    return obj
+
+
+def reference_rows(config_cls: type) -> list[tuple[str, str, str]]:
+    """(``section.key``, default, doc) of every field, in declaration order."""
+    rows = []
+    hints = typing.get_type_hints(config_cls)
+    for sec in dataclasses.fields(config_cls):
+        if sec.name == "source":
+            continue
+        for f in dataclasses.fields(hints[sec.name]):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            rows.append((f"{sec.name}.{f.name}", _yaml_scalar(default), f.metadata.get("doc", "")))
+    return rows
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)) if abs(value) >= 1 else str(value)
+    return str(value)

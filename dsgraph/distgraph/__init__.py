@@ -1,0 +1,1 @@
+"""Sampled training over DistGraph: halo-cached feature reads and distributed evaluation."""

@@ -1,0 +1,82 @@
+"""A run's metrics: ``metrics.jsonl`` (one line per epoch), ``metrics.json`` (the summary), and
+the table printed from them when a run ends."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dsgraph.fsutil import atomic_write_text
+
+# Columns of the end-of-run table, when some epoch record has them.
+_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "epoch_s", "samples_per_s",
+            "remote_feature_bytes", "bytes_sent", "test_rmse", "test_rel_l2")
+_FINAL = ("test_acc", "val_acc", "test_rmse", "test_rel_l2", "epochs", "wall_s", "peak_rss_mb",
+          "num_workers", "num_parts")
+
+
+class MetricsLog:
+    """Appends one JSON line per epoch to metrics.jsonl; writes the metrics.json summary."""
+
+    def __init__(self, run_dir: str | Path, resume_epoch: int = 0) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.summary_path = Path(run_dir) / "metrics.json"
+        # On resume, drop lines of epochs after the checkpoint so the log matches an
+        # uninterrupted run line for line.
+        kept = [r for r in self.records() if r["epoch"] <= resume_epoch]
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def epoch(self, record: dict[str, Any]) -> None:
+        """Append one epoch's record."""
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def summary(self, record: dict[str, Any]) -> None:
+        """Write the run summary (atomically)."""
+        atomic_write_text(self.summary_path, json.dumps(record, indent=1))
+
+    def records(self) -> list[dict[str, Any]]:
+        """All epoch records written so far."""
+        return read_records(self.path.parent)
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's metrics.json."""
+    return json.loads((Path(run_dir) / "metrics.json").read_text())
+
+
+def update_summary(run_dir: str | Path, **values: Any) -> dict[str, Any]:
+    """Add ``values`` to a finished run's metrics.json (atomically); return the summary."""
+    summary = {**read_summary(run_dir), **values}
+    atomic_write_text(Path(run_dir) / "metrics.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def print_summary(run_dir: str | Path) -> None:
+    """Print one row per epoch and the final metrics of a finished run."""
+    run_dir = Path(run_dir)
+    rows = read_records(run_dir)
+    cols = [c for c in _COLUMNS if any(c in r for r in rows)]
+    if rows:
+        print("  ".join(f"{c:>14}" for c in cols))
+        for r in rows:
+            print("  ".join(f"{format_value(r.get(c)):>14}" for c in cols))
+    summary = read_summary(run_dir)
+    print("final: " + ", ".join(f"{k}={format_value(summary[k])}" for k in _FINAL if k in summary))
+    print(f"run folder: {run_dir}")
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The epoch records of a run folder's metrics.jsonl (empty if there is none)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def format_value(v: Any) -> str:
+    """A metric as printed in tables and epoch lines."""
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.3g}"
+    return "-" if v is None else str(v)
+

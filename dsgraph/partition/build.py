@@ -1,0 +1,33 @@
+"""Partition a graph: assign its nodes (METIS or random) and write the partition files."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dsgraph.partition.assign import balance_weights, metis_assignment, random_assignment, symmetric_csr
+from dsgraph.partition.format import write_partitions
+
+if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time
+    from dgl import DGLGraph
+
+
+def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
+                    graph_name: str = "graph", method: str = "metis", halo_hops: int = 1,
+                    seed: int = 0, force: bool = False, balance_train: bool = True,
+                    balance_edges: bool = True, extra_stats: dict | None = None) -> Path:
+    """Assign nodes with METIS (pymetis) or at random and write DGL partition files."""
+    t0 = time.perf_counter()
+
+    if method == "random":
+        assign = random_assignment(g.num_nodes(), num_parts, seed)
+    else:
+        src, dst = (t.numpy() for t in g.edges())
+        adj = symmetric_csr(src, dst, g.num_nodes())
+        train = g.ndata["train_mask"].numpy() if "train_mask" in g.ndata else None
+        weights = balance_weights(adj, train, balance_train, balance_edges)
+        assign = metis_assignment(adj, num_parts, weights, seed)
+    return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
+                            stats={**(extra_stats or {}), "wall_s": time.perf_counter() - t0},
+                            num_parts=num_parts)

@@ -1,0 +1,85 @@
+"""``train.mode: sar``: full-batch training, one worker per partition, with SAR aggregation.
+
+Each worker loads its partition and trains the whole graph every epoch: the loss is normalised
+by the global number of labelled nodes and gradients are summed over workers, so every worker
+holds identical parameters. ``sar.mode`` picks sar / sa / one_shot aggregation.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsgraph import dist
+from dsgraph.compress import compression_context
+from dsgraph.config import Config
+from dsgraph.errors import DataError
+from dsgraph.models.registry import build_model
+from dsgraph.partition import partition_json
+from dsgraph.sar.model import check_model, prepare_model
+from dsgraph.sar.worker import setup_worker
+from dsgraph.trainer import Strategy, Trainer
+
+SPLITS = ("train", "val", "test")
+
+
+class SarStrategy(Strategy):
+    """Full-batch sequential aggregation and rematerialization over the partitions."""
+
+    name = "sar"
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    @staticmethod
+    def prepare(cfg: Config) -> Path:
+        """Launcher side: partition files of the right part count, layers SAR can run."""
+        path = partition_json(cfg)
+        check_model(build_model(cfg.model.name, 4, 2, cfg.model.args))  # dims don't matter
+        return path
+
+    def setup(self, trainer: Trainer) -> nn.Module:
+        """Load this worker's partition, its shards and ring plan; build the model."""
+        part_json = partition_json(self.cfg)
+        self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
+                              self.cfg.sar.prefetch)
+        nd = self.w.part.ndata
+        self.x = nd["feat"].to(trainer.dtype)
+        self.label = nd["label"].long()
+        self.masks = {k: self.w.local_mask(f"{k}_mask") for k in SPLITS}
+        self.counts = dict(zip(SPLITS, dist.all_sum([float(m.sum()) for m in self.masks.values()])))
+        if self.counts["train"] == 0:
+            raise DataError(f"{part_json}: no node has train_mask set")
+        top = float(self.label.max()) if self.label.numel() else 0.0
+        num_classes = int(dist.all_max([top])[0]) + 1
+        return prepare_model(trainer.build_model(self.x.shape[1], num_classes))
+
+    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """One full-graph step; the loss of every worker's labelled nodes, summed."""
+        sent0 = self.w.comm.bytes_sent
+        with compression_context(self.cfg.compression):  # the loss outside: see train/sampled.py
+            logits = trainer.model(self.w.graph, self.x)
+        tr = self.masks["train"]
+        loss = F.cross_entropy(logits[tr], self.label[tr], reduction="sum") / self.counts["train"]
+        trainer.step(loss)
+        correct = float((logits.detach()[tr].argmax(1) == self.label[tr]).sum())
+        del logits
+        total = dist.all_sum([loss.item(), correct, self.w.comm.bytes_sent - sent0])
+        trainer.advance(loss=total[0])
+        return {"loss": total[0], "train_acc": total[1] / self.counts["train"],
+                "bytes_sent": int(total[2])}
+
+    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """Full-graph accuracy on the validation and test nodes."""
+        pred = trainer.model(self.w.graph, self.x).argmax(1)
+        right = dist.all_sum([float((pred[self.masks[k]] == self.label[self.masks[k]]).sum())
+                              for k in SPLITS[1:]])
+        return {f"{k}_acc": (r / self.counts[k] if self.counts[k] else None)
+                for k, r in zip(SPLITS[1:], right)}
+
+    def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The partition count and the aggregation mode."""
+        return {"num_parts": trainer.world, "sar_mode": self.cfg.sar.mode}
