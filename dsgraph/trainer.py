@@ -160,9 +160,9 @@ class Trainer:
         start = (checkpoint.restore(self.run_dir, self.model, self.optimizer, self.rank)
                  if self.resume else 1)
         log = MetricsLog(self.run_dir, resume_epoch=start - 1) if self.rank == 0 else None
-        self.loaded_rss_mb = rss_mb()
-        for hook in self.hooks:
+        for hook in self.hooks:  # before the RSS reading: a hook may page in or reset memory
             hook.on_ready(self)
+        self.loaded_rss_mb = rss_mb()
         self._open_bar(start)
         last_eval: dict[str, Any] = {}
         for epoch in range(start, cfg.train.epochs + 1):
