@@ -13,6 +13,7 @@ from dsgraph import config as cfgmod
 from dsgraph.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = "dataset, partition, model, train, sampled, sar, physics, compression, cluster"
 
 
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
@@ -27,7 +28,7 @@ def test_defaults_without_file_are_dataclass_defaults():
     cfg = cfgmod.load(None)
     assert cfg == cfgmod.Config()
     assert cfg.partition.num_parts == 2 and cfg.partition.method == "metis"
-    assert cfg.dataset.name == "synthetic" and cfg.train.fanouts == [10, 25]
+    assert cfg.dataset.name == "synthetic" and cfg.sampled.fanouts == [10, 25]
     assert cfg.source == "<defaults>"
 
 
@@ -52,7 +53,7 @@ def test_int_is_accepted_for_float_field(tmp_path):
 
 
 def test_dump_and_load_round_trip(tmp_path):
-    cfg = cfgmod.load(None, ["partition.num_parts=4", "train.fanouts=[5, 7]",
+    cfg = cfgmod.load(None, ["partition.num_parts=4", "sampled.fanouts=[5, 7]",
                              "model.args={hidden: 32}", "dataset.path=g.npz"])
     cfgmod.dump(cfg, tmp_path / "resolved.yaml")
     back = cfgmod.load(tmp_path / "resolved.yaml")
@@ -67,7 +68,7 @@ def test_dump_and_load_round_trip(tmp_path):
     ("partition.num_parts=8", "partition", "num_parts", 8),
     ("partition.balance_train=false", "partition", "balance_train", False),
     ("dataset.homophily=0.5", "dataset", "homophily", 0.5),
-    ("train.fanouts=[5, 10, 15]", "train", "fanouts", [5, 10, 15]),
+    ("sampled.fanouts=[5, 10, 15]", "sampled", "fanouts", [5, 10, 15]),
     ("model.args={hidden: 64, num_layers: 3}", "model", "args", {"hidden": 64, "num_layers": 3}),
     ("dataset.path=null", "dataset", "path", None),
     ("partition.out_dir=parts/a=b", "partition", "out_dir", "parts/a=b"),  # only the first '='
@@ -95,10 +96,9 @@ def test_set_result_is_validated(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("partition.num_parts", "--set partition.num_parts: expected section.key=value"),
     ("num_parts=3", "--set num_parts=3: expected section.key=value"),
-    ("a.b.c=1", "--set a.b.c=1: expected section.key=value"),
+    ("a.b.c=1", f"--set a.b.c=1: a: unknown section; allowed sections: {SECTIONS}"),
     (".num_parts=1", "--set .num_parts=1: expected section.key=value"),
-    ("foo.x=1", "--set foo.x=1: foo: unknown section; allowed sections: dataset, partition, "
-                "model, train, cluster, compression, sar, physics"),
+    ("foo.x=1", f"--set foo.x=1: foo: unknown section; allowed sections: {SECTIONS}"),
     ("partition.nparts=2", "<defaults>: partition.nparts: unknown key; allowed keys: "
                            "balance_edges, balance_train, graph_name, halo_hops, method, "
                            "num_parts, out_dir, seed"),
@@ -114,8 +114,7 @@ def test_bad_set_syntax(text, message):
 
 @pytest.mark.parametrize("text, message", [
     ("partition:\n  num_parts: 0\n", "partition.num_parts: expected an integer >= 1, got 0"),
-    ("foo: {}\n", "foo: unknown section; allowed sections: dataset, partition, model, train, "
-                  "cluster, compression, sar, physics"),
+    ("foo: {}\n", f"foo: unknown section; allowed sections: {SECTIONS}"),
     ("partition:\n  nparts: 2\n", "partition.nparts: unknown key; allowed keys: balance_edges, "
                                   "balance_train, graph_name, halo_hops, method, num_parts, "
                                   "out_dir, seed"),
@@ -130,9 +129,9 @@ def test_bad_set_syntax(text, message):
     ("dataset:\n  homophily: 1.5\n", "dataset.homophily: expected a number >= 0 and <= 1, got 1.5"),
     ("dataset:\n  avg_degree: -1\n", "dataset.avg_degree: expected a number > 0, got -1.0"),
     ("dataset:\n  num_nodes: 5\n", "dataset.num_nodes: expected an integer >= 10, got 5"),
-    ("train:\n  fanouts: [10, 0]\n",
-     "train.fanouts: expected a list of integers >= 1, got [10, 0]"),
-    ("train:\n  fanouts: 10\n", "train.fanouts: expected a list, got 10"),
+    ("sampled:\n  fanouts: [10, 0]\n",
+     "sampled.fanouts: expected a list of integers >= 1, got [10, 0]"),
+    ("sampled:\n  fanouts: 10\n", "sampled.fanouts: expected a list, got 10"),
     ("model:\n  args: [1]\n", "model.args: expected a mapping, got [1]"),
     ("cluster:\n  ssh_port: 70000\n",
      "cluster.ssh_port: expected an integer >= 1 and <= 65535, got 70000"),
@@ -186,3 +185,99 @@ def test_partition_cli_config_errors_exit_2_one_line(tmp_path):
         assert proc.stderr.strip().splitlines() == [line]
         assert "Traceback" not in proc.stderr + proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing written
+
+
+# --- nested overrides, moved keys, cross-field rules, the README table --------------------------
+
+def test_nested_set_reaches_into_model_args(tmp_path):
+    p = write(tmp_path, "model:\n  name: sage\n  args: {hidden: 16, num_layers: 3}\n")
+    cfg = cfgmod.load(p, ["model.args.hidden=64", "model.args.aggregator=pool"])
+    assert cfg.model.args == {"hidden": 64, "num_layers": 3, "aggregator": "pool"}
+    assert cfgmod.load(None, ["model.args.hidden=8"]).model.args == {"hidden": 8}
+
+
+def test_nested_set_into_a_scalar_is_one_line_error(tmp_path):
+    p = write(tmp_path, "partition:\n  num_parts: 2\n")
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(p, ["partition.num_parts.x=1"])
+    assert str(err.value) == ("--set partition.num_parts.x=1: partition.num_parts: expected a "
+                              "mapping to set 'x' in, got 2")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("train:\n  fanouts: [5]\n", "train.fanouts: this key is now sampled.fanouts"),
+    ("cluster:\n  timeout_s: 9\n", "cluster.timeout_s: this key is now train.timeout_s"),
+    ("physics:\n  grad_clip: 1\n", "physics.grad_clip: this key is now train.grad_clip"),
+])
+def test_moved_keys_say_where_they_went(tmp_path, text, message):
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(p)
+    assert str(err.value) == f"{p}: {message}"
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["train.mode=dsmpnn"],
+     "dataset.name: expected 'darcy' or 'airfoil' for train.mode 'dsmpnn', got 'synthetic'"),
+    (["dataset.name=darcy"],
+     "dataset.name: expected 'synthetic' or 'file' for train.mode 'sampled', got 'darcy'"),
+    (["train.dtype=float64"],
+     "train.dtype: expected 'float32' for train.mode 'sampled' (DistGraph serves float32 "
+     "features), got 'float64'"),
+    (["train.mode=dsmpnn", "dataset.name=airfoil", "physics.workers=4", "physics.sampled_nodes=3"],
+     "physics.sampled_nodes: expected >= physics.workers (4), got 3"),
+    (["compression.levels=optimal", "compression.bits=4"],
+     "compression.levels: 'optimal' needs compression.bits 2, got 4"),
+    (["cluster.netns=[a]", "cluster.ip_config=ips.txt"],
+     "cluster.netns: expected one namespace per machine (2), got ['a']"),
+    (["cluster.netns=[a, b]"],
+     "cluster.ip_config: expected the machines' addresses (one 'IP [PORT]' line per namespace) "
+     "with cluster.netns, got null"),
+])
+def test_cross_field_rules(sets, message):
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(None, sets)
+    assert str(err.value) == f"<defaults>: {message}"
+
+
+def test_process_count_has_one_home_per_mode():
+    cfg = cfgmod.load(None, ["partition.num_parts=3", "cluster.trainers_per_machine=2"])
+    assert (cfg.num_workers, cfg.num_machines) == (6, 3)
+    cfg = cfgmod.load(None, ["train.mode=sar", "partition.num_parts=3"])
+    assert (cfg.num_workers, cfg.num_machines) == (3, 3)
+    cfg = cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy", "physics.workers=4"])
+    assert (cfg.num_workers, cfg.num_machines) == (4, 4)
+
+
+def test_non_utf8_config_is_one_line_error(tmp_path):
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes("train:\n  out_dir: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(p)
+    assert str(err.value).startswith(f"{p}: expected UTF-8 text") and "\n" not in str(err.value)
+
+
+def test_every_field_has_a_doc_and_the_readme_table_is_current():
+    from dsgraph.config.schema import reference_rows
+    rows = reference_rows(cfgmod.Config)
+    assert all(doc for _, _, doc in rows), [key for key, _, doc in rows if not doc]
+    readme = (ROOT / "README.md").read_text()
+    start, end = "<!-- config-table -->\n", "\n<!-- /config-table -->"
+    assert start in readme and end in readme, "README has no generated configuration table"
+    table = readme.split(start, 1)[1].split(end, 1)[0]
+    assert table == cfgmod.reference_table(), (
+        "README configuration table differs from the config fields; regenerate it with "
+        "`python -c 'from dsgraph import config; print(config.reference_table())'`")
+
+
+def test_config_imports_no_seed_package():
+    import ast
+    for path in (ROOT / "dsgraph" / "config").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                    [a.name for a in node.names]
+                for name in names:
+                    assert not name.startswith(("dsgraph.compress", "dsgraph.sar",
+                                                "dsgraph.physics", "dsgraph.data",
+                                                "dsgraph.cluster", "dsgraph.models")), (path, name)

@@ -58,8 +58,8 @@ def test_ctrl_c_on_the_launcher_ends_all_workers(tmp_path):
         "from dsgraph.cluster.launch import run_workers\n"
         "from dsgraph.config import ClusterConfig\n"
         "from dsgraph.errors import cli_main\n"
-        "cli_main(lambda: run_workers(Path(sys.argv[1]), 'tests.sleep_worker', 2, "
-        "ClusterConfig(timeout_s=60)))()\n")
+        "cli_main(lambda: run_workers(Path(sys.argv[1]), ClusterConfig(), 'tests.sleep_worker', 2, "
+        "timeout_s=60))()\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 40

@@ -41,6 +41,7 @@ def main(run_dir: Path) -> None:
         "partid": int(pb.partid), "machine_id": int(dgl.distributed.rpc.get_machine_id()),
         "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum())}))
     dist.barrier()
+    dgl.distributed.exit_client()  # tell the servers; the process then leaves via os._exit
 
 
 if __name__ == "__main__":

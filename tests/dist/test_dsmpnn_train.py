@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["physics.resolution=24", "physics.train_samples=8", "physics.test_samples=2",
         "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
         "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
-        "physics.gen_workers=1", "cluster.timeout_s=120",
+        "physics.gen_workers=1", "train.timeout_s=120",
         # Cosine decay depends on train.epochs, which the resume below extends; constant rate
         # keeps the resumed and uninterrupted runs comparable.
-        "physics.lr_schedule=constant"]
+        "train.lr_schedule=constant"]
 
 
 def _train(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -47,7 +47,7 @@ def test_darcy_two_workers_train_resume(tmp_path):
                     *_sets(tmp_path, ["train.epochs=2"])])
     assert first.returncode == 0, first.stderr[-2000:]
     summary = json.loads((run / "metrics.json").read_text())
-    assert summary["workers"] == 2 and summary["epochs"] == 2
+    assert summary["num_workers"] == 2 and summary["epochs"] == 2
     assert 0 < summary["test_rel_l2"] < 1.0  # better than predicting zero
     assert summary["test_rmse"] > 0 and len(summary["peak_rss_mb_per_worker"]) == 2
 

@@ -1,16 +1,16 @@
-"""Two hosts with their own addresses: network namespaces joined by a veth link.
+"""Every mode on two hosts with their own addresses (network namespaces, ``two_hosts``).
 
-Each namespace is one machine of the ip_config; the launcher starts its server and trainer there
-(``cluster.netns``) exactly as it would over ssh (cd, explicit environment). Skipped where the
-machine does not allow creating namespaces (needs root and iproute2).
+Each namespace is one machine of the ip_config; the launcher starts that machine's processes
+there (``cluster.netns``) exactly as it would over ssh (cd, explicit environment). The sampled
+mode pulls every feature row across the link; SAR and DS-MPNN train and must give the loss curve
+they give on one host. Skipped where namespaces cannot be created (needs root and iproute2).
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import uuid
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,41 +19,6 @@ from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.partition import partition_graph
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
-
-
-@pytest.fixture
-def two_hosts():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("network namespaces need root and iproute2")
-    tag = uuid.uuid4().hex[:6]
-    names = [f"dsg{tag}a", f"dsg{tag}b"]
-    subnet = f"10.{int(tag[:2], 16) % 200 + 20}.{int(tag[2:4], 16)}"
-    ips = [f"{subnet}.1", f"{subnet}.2"]
-    try:
-        for ns in names:
-            if _ip("netns", "add", ns).returncode != 0:
-                pytest.skip("creating network namespaces is not permitted here")
-        veth = [f"v{tag}a", f"v{tag}b"]
-        steps = [("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])]
-        for ns, dev, ip in zip(names, veth, ips):
-            steps += [("link", "set", dev, "netns", ns),
-                      ("-n", ns, "addr", "add", f"{ip}/24", "dev", dev),
-                      ("-n", ns, "link", "set", dev, "up"),
-                      ("-n", ns, "link", "set", "lo", "up"),
-                      # DGL picks a client's address from the route to a non-local address
-                      ("-n", ns, "route", "add", "default", "dev", dev)]
-        for step in steps:
-            res = _ip(*step)
-            if res.returncode != 0:
-                pytest.skip(f"ip {' '.join(step)} failed: {res.stderr.strip()}")
-        yield names, ips
-    finally:
-        for ns in names:
-            _ip("netns", "del", ns)
 
 
 @pytest.mark.timeout(180)
@@ -67,9 +32,68 @@ def test_two_hosts_in_network_namespaces_pull_correct_features(tmp_path, two_hos
     torch.save(g.ndata["feat"], run / "original_feat.pt")
     ip_config = tmp_path / "ip_config.txt"
     ip_config.write_text("".join(f"{ip} 30050\n" for ip in ips))
-    cluster = ClusterConfig(ip_config=str(ip_config), netns=names, timeout_s=120)
-    run_dgl_job(run, part, cluster, "tests.dist.pull_check")
+    cluster = ClusterConfig(ip_config=str(ip_config), netns=names)
+    run_dgl_job(run, part, cluster, "tests.dist.pull_check", timeout_s=120)
     results = [json.loads((run / f"pull{r}.json").read_text()) for r in range(2)]
     assert sorted(r["partid"] for r in results) == [0, 1]
     for r in results:
         assert r["remote_rows"] > 0 and r["mismatched"] == 0, r
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train(cfg: Path, out: Path, *sets: str) -> list[dict]:
+    """``python -m train`` of ``cfg`` into ``out``; the epoch records."""
+    args = [sys.executable, "-m", "train", "--config", str(cfg), "--out", str(out)]
+    for s in sets:
+        args += ["--set", s]
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "epoch 2:" in proc.stderr + proc.stdout  # rank 0's epoch lines reach the console
+    return [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _ip_config(tmp_path: Path, ips: list[str]) -> Path:
+    path = tmp_path / "ip_config.txt"
+    path.write_text("".join(f"{ip} 30050\n" for ip in ips))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_sar_on_two_hosts_matches_one_host(tmp_path, two_hosts):
+    names, ips = two_hosts
+    cfg = tmp_path / "sar.yaml"
+    cfg.write_text(f"""
+dataset: {{num_nodes: 800, avg_degree: 6, num_classes: 4, feat_dim: 8, cache_dir: {tmp_path}/data}}
+partition: {{num_parts: 2, out_dir: {tmp_path}/parts}}
+model: {{name: sage, args: {{hidden: 16}}}}
+train: {{mode: sar, epochs: 3, lr: 0.02, dtype: float64, timeout_s: 150}}
+""")
+    proc = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    here = _train(cfg, tmp_path / "one_host")
+    there = _train(cfg, tmp_path / "two_hosts", f"cluster.ip_config={_ip_config(tmp_path, ips)}",
+                   f"cluster.netns={names}")
+    assert [r["epoch"] for r in there] == [1, 2, 3]
+    assert all(r["bytes_sent"] > 0 for r in there)  # the halo rows crossed the link
+    for a, b in zip(here, there):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-9), (a, b)
+
+
+@pytest.mark.timeout(300)
+def test_dsmpnn_on_two_hosts_matches_one_host(tmp_path, two_hosts):
+    names, ips = two_hosts
+    sets = ["physics.resolution=24", "physics.train_samples=6", "physics.test_samples=2",
+            "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
+            "physics.infer_repeats=1", "physics.gen_workers=1", "physics.workers=2",
+            "model.args={width: 8, layers: 2, kernel_hidden: 8}", "train.epochs=2",
+            "train.timeout_s=150", f"dataset.cache_dir={tmp_path / 'data'}"]
+    cfg = ROOT / "configs" / "darcy.yaml"
+    here = _train(cfg, tmp_path / "one_host", *sets)
+    there = _train(cfg, tmp_path / "two_hosts", *sets,
+                   f"cluster.ip_config={_ip_config(tmp_path, ips)}", f"cluster.netns={names}")
+    assert [r["epoch"] for r in there] == [1, 2]
+    for a, b in zip(here, there):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-6), (a, b)

@@ -39,7 +39,7 @@ def _pull_job(tmp_path: Path, num_parts: int, stock: bool) -> list[dict]:
     run = tmp_path / "run"
     run.mkdir()
     torch.save(g.ndata["feat"], run / "original_feat.pt")
-    run_dgl_job(run, part, ClusterConfig(timeout_s=90), "tests.dist.pull_check", stock=stock)
+    run_dgl_job(run, part, ClusterConfig(), "tests.dist.pull_check", timeout_s=90, stock=stock)
     return [json.loads((run / f"pull{r}.json").read_text()) for r in range(num_parts)]
 
 
@@ -70,7 +70,7 @@ def test_stock_dgl_serves_wrong_features_without_the_compat_fix(tmp_path):
     assert wrong_rows or wrong_ids, json.dumps(results)
 
 
-SMALL = ("dataset.num_nodes=20000", "train.batch_size=256")
+SMALL = ("dataset.num_nodes=20000", "sampled.batch_size=256")
 
 
 def _train(tmp_path: Path, name: str, *sets: str, resume: bool = False,
@@ -78,7 +78,7 @@ def _train(tmp_path: Path, name: str, *sets: str, resume: bool = False,
     run = tmp_path / name
     args = [PY, "-m", "train", "--config", str(ROOT / "configs/default.yaml"), "--out", str(run),
             "--set", f"dataset.cache_dir={tmp_path / 'data'}",
-            "--set", f"partition.out_dir={tmp_path / 'parts'}", "--set", "cluster.timeout_s=200",
+            "--set", f"partition.out_dir={tmp_path / 'parts'}", "--set", "train.timeout_s=200",
             *sum((["--set", s] for s in size + sets), [])]
     if resume:
         args.append("--resume")
@@ -106,8 +106,8 @@ def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
     assert [r["epoch"] for r in lines] == [1, 2, 3, 4]
     assert lines[-1]["loss"] < lines[0]["loss"]
     assert summary["test_acc"] >= 0.85, summary
-    assert summary["num_trainers"] == 2 and summary["num_parts"] == 2
-    assert all(r["remote_feature_bytes"] > 0 and len(r["peak_rss_mb"]) == 2 for r in lines)
+    assert summary["num_workers"] == 2 and summary["num_parts"] == 2
+    assert all(r["remote_feature_bytes"] > 0 and len(r["peak_rss_mb_per_worker"]) == 2 for r in lines)
     assert {"server0", "server1", "trainer0", "trainer1"} <= set(summary["peak_rss_mb_per_process"])
     assert (run / "checkpoint.pt").exists() and (run / "config.yaml").exists()
     assert sorted(p.name for p in (run / "logs").iterdir()) == [
@@ -161,7 +161,7 @@ def test_killing_a_server_ends_the_job_cleanly(tmp_path):
         [PY, "-m", "train", "--config", str(ROOT / "configs/default.yaml"), "--out", str(run),
          "--set", "dataset.num_nodes=20000", "--set", f"dataset.cache_dir={tmp_path / 'data'}",
          "--set", f"partition.out_dir={tmp_path / 'parts'}", "--set", "train.epochs=500",
-         "--set", "train.batch_size=64"],
+         "--set", "sampled.batch_size=64"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
     try:

@@ -27,9 +27,8 @@ def test_train_partition_resume_and_modes_agree(tmp_path):
 dataset: {{num_nodes: 600, avg_degree: 6, num_classes: 4, feat_dim: 8, cache_dir: {tmp_path}/data}}
 partition: {{num_parts: 2, out_dir: {tmp_path}/parts}}
 model: {{name: gat, args: {{hidden: 8, heads: 2}}}}
-train: {{mode: sar, epochs: 2, lr: 0.02, out_dir: {tmp_path}/run, dtype: float64}}
+train: {{mode: sar, epochs: 2, lr: 0.02, out_dir: {tmp_path}/run, dtype: float64, timeout_s: 200}}
 sar: {{mode: sar}}
-cluster: {{timeout_s: 200}}
 """)
     _partition(cfg)
     r = _train(cfg)
@@ -42,7 +41,7 @@ cluster: {{timeout_s: 200}}
             assert key in ln, key
         assert ln["bytes_sent"] > 0 and ln["peak_rss_mb"] > 0
     summary = json.loads((run / "metrics.json").read_text())
-    assert summary["num_trainers"] == 2 and summary["num_parts"] == 2 and summary["epochs"] == 2
+    assert summary["num_workers"] == 2 and summary["num_parts"] == 2 and summary["epochs"] == 2
     for key in ("test_acc", "val_acc", "wall_s", "peak_rss_mb"):
         assert summary[key] is not None, key
     assert (run / "checkpoint.pt").exists()
@@ -74,7 +73,6 @@ model: {model}
 train: {{mode: sar, epochs: 15, lr: 0.02, out_dir: {tmp_path}/run}}
 sar: {{mode: sar}}
 compression: {{min_numel: 0}}
-cluster: {{timeout_s: 200}}
 """)
     _partition(cfg)
     losses = {}
