@@ -7,15 +7,18 @@ inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import dgl
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
@@ -44,16 +47,11 @@ class SampledStrategy(Strategy):
 
     def connect(self, trainer: Trainer) -> None:
         """Join the DistGraph servers (before the gloo group, as DGL's launcher does)."""
-        import logging
-
-        import dgl
         logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
         dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
 
     def setup(self, trainer: Trainer) -> nn.Module:
         """Open the DistGraph, split the labelled nodes over trainers, build model and cache."""
-        import dgl
-
         self.g = g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
         self.pb = g.get_partition_book()
         self.split = {name: dgl.distributed.node_split(g.ndata[f"{name}_mask"], self.pb,
@@ -70,14 +68,11 @@ class SampledStrategy(Strategy):
 
     def forward_module(self, model: nn.Module) -> nn.Module:
         """DDP around the model: gradients are summed while backward runs."""
-        from torch.nn.parallel import DistributedDataParallel
         self.ddp = DistributedDataParallel(model)
         return self.ddp
 
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One pass over this trainer's training nodes in a fresh order."""
-        import dgl
-
         # DGL's sampler generator cannot be checkpointed: reseed it per epoch.
         dgl.seed(checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank))
         order = self.split["train"][torch.randperm(self.split["train"].numel())]
@@ -123,7 +118,6 @@ class SampledStrategy(Strategy):
 
     def close(self, trainer: Trainer) -> None:
         """Say goodbye to the servers (they exit once every trainer has)."""
-        import dgl
         dgl.distributed.exit_client()
 
     def _num_classes(self) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dsgraph.errors import JobFailed
+from dsgraph.procstats import peak_rss_mb
 
 SHM_DIR = Path("/dev/shm")
 
@@ -93,9 +94,8 @@ class Supervisor:
     def _sample_rss(self) -> None:
         for p in self.procs:
             if p.popen.poll() is None:
-                mb = _vm_hwm_mb(p.popen.pid)
-                if mb is not None:
-                    self.peak_rss_mb[p.name] = max(mb, self.peak_rss_mb.get(p.name, 0.0))
+                mb = peak_rss_mb(p.popen.pid)  # 0 once the process is gone
+                self.peak_rss_mb[p.name] = max(mb, self.peak_rss_mb.get(p.name, 0.0))
 
     def drain(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the remaining (non-required) processes to exit by themselves."""
@@ -175,17 +175,6 @@ def _tee(stream, log: Path) -> None:
                 sys.stderr.flush()
             except (ValueError, OSError):
                 pass
-
-
-def _vm_hwm_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
 
 
 def _shm_names() -> set[str]:

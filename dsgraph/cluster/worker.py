@@ -7,6 +7,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -20,7 +21,6 @@ def set_threads() -> int:
 
 def interface_of(ip: str) -> str:
     """The network interface holding address ``ip`` on this host."""
-    import psutil
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.address == ip for a in addrs):
             return name

@@ -17,9 +17,18 @@ import yaml
 
 from dsgraph.config.checks import cross_check
 from dsgraph.config.schema import build_section, reference_rows
-from dsgraph.config.sections import (ClusterConfig, CompressionConfig, Config, DatasetConfig,
-                                     ModelConfig, PartitionConfig, PhysicsConfig, SampledConfig,
-                                     SarConfig, TrainConfig)
+from dsgraph.config.sections import (
+    ClusterConfig,
+    CompressionConfig,
+    Config,
+    DatasetConfig,
+    ModelConfig,
+    PartitionConfig,
+    PhysicsConfig,
+    SampledConfig,
+    SarConfig,
+    TrainConfig,
+)
 from dsgraph.errors import ConfigError
 from dsgraph.fsutil import atomic_write_text
 

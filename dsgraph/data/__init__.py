@@ -3,24 +3,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dgl
+
 from dsgraph.config import DatasetConfig
+from dsgraph.data.cache import cached, param_hash
+from dsgraph.data.files import load_graph_file
+from dsgraph.data.synthetic import generate
+from dsgraph.errors import ConfigError
 
 GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
 
 
 def load_graph(cfg: DatasetConfig):
     """The node-classification DGLGraph for ``cfg`` (ndata: feat, label, *_mask)."""
-    import dgl
-
     if cfg.name == "file":
-        from dsgraph.data.files import load_graph_file
         return load_graph_file(cfg.path)
     if cfg.name != "synthetic":
-        from dsgraph.errors import ConfigError
         raise ConfigError(f"dataset.name: {cfg.name!r} is a physics dataset; expected "
                           f"'synthetic' or 'file' for graph training")
-    from dsgraph.data.cache import cached, param_hash
-    from dsgraph.data.synthetic import generate
 
     params = {k: v for k, v in vars(cfg).items() if k not in ("cache_dir", "path", "name")}
     path = Path(cfg.cache_dir) / f"synthetic-{param_hash(params)}.dgl"

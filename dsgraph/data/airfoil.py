@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 from scipy.spatial import cKDTree
+from tqdm import tqdm
+
+from dsgraph.data.cache import cached_npz, param_hash
 
 SCALE = 0.25  # z-plane chord ~4 -> ~1
 OUTER = 8.0  # outer radius of the sampled region, in circle radii (~2 chords)
@@ -124,8 +127,6 @@ def _sample_args(args: tuple[int, int, int]) -> dict[str, np.ndarray]:
 def generate(points: int, num_samples: int, seed: int, workers: int = 1,
              progress: bool = True) -> dict[str, np.ndarray]:
     """``num_samples`` airfoil point clouds: pos (N,P,2), x (N,P,5), y (N,P,3), params (N,4)."""
-    from tqdm import tqdm
-
     jobs = [(points, seed, i) for i in range(num_samples)]
     desc = f"airfoil {points} pts"
     if workers <= 1:
@@ -140,8 +141,6 @@ def generate(points: int, num_samples: int, seed: int, workers: int = 1,
 def load(cache_dir: str | Path, points: int, num_samples: int, seed: int, workers: int = 1,
          progress: bool = True) -> dict[str, np.ndarray]:
     """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters)."""
-    from dsgraph.data.cache import cached_npz, param_hash
-
     params = {"kind": "airfoil", "points": points, "num_samples": num_samples, "seed": seed,
               "outer": OUTER, "surface": SURFACE_FRACTION, "thickness": THICKNESS,
               "alpha_deg": ALPHA_DEG, "version": 2}

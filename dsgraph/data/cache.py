@@ -4,12 +4,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from dsgraph.fsutil import default_file_mode
+import numpy as np
+
+from dsgraph.fsutil import atomic_write_with
 
 T = TypeVar("T")
 
@@ -28,22 +28,12 @@ def cached(path: Path, build: Callable[[], T], save: Callable[[T, str], None],
     if path.exists():
         return load(str(path))
     obj = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        save(obj, tmp)
-        os.chmod(tmp, default_file_mode())  # mkstemp creates 0600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write_with(path, lambda tmp: save(obj, tmp))
     return obj
 
 
 def cached_npz(path: Path, build: Callable[[], dict]) -> dict:
     """:func:`cached` for a dict of numpy arrays stored as an ``.npz``."""
-    import numpy as np
 
     def save(arrays: dict, p: str) -> None:
         with open(p, "wb") as fh:  # a file object: np.savez would otherwise append ".npz"

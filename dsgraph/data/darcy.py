@@ -15,6 +15,9 @@ import numpy as np
 import scipy.fft
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+from tqdm import tqdm
+
+from dsgraph.data.cache import cached_npz, param_hash
 
 A_LOW, A_HIGH = 3.0, 12.0
 GRF_TAU, GRF_ALPHA = 3.0, 2.0  # covariance (-Lap + tau^2)^-alpha
@@ -91,7 +94,6 @@ def generate(n: int, num_samples: int, seed: int, workers: int = 1,
 
     Sample i depends only on (seed, i), so the result is the same for any number of workers.
     """
-    from tqdm import tqdm
 
     jobs = [(n, seed, i) for i in range(num_samples)]
     desc = f"darcy {n}x{n}"
@@ -114,8 +116,6 @@ def grid_positions(n: int) -> np.ndarray:
 def load(cache_dir: str | Path, n: int, num_samples: int, seed: int, workers: int = 1,
          progress: bool = True) -> dict[str, np.ndarray]:
     """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters)."""
-    from dsgraph.data.cache import cached_npz, param_hash
-
     params = {"kind": "darcy", "n": n, "num_samples": num_samples, "seed": seed,
               "tau": GRF_TAU, "alpha": GRF_ALPHA, "version": 1}
     path = Path(cache_dir) / f"darcy-{param_hash(params)}.npz"

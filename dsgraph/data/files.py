@@ -13,7 +13,9 @@ import re
 import zipfile
 from pathlib import Path
 
+import dgl
 import numpy as np
+import torch
 
 from dsgraph.errors import DataError
 
@@ -69,8 +71,6 @@ def _read_npz(p: Path) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
 
 def _read_dgl(p: Path) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Edges and node data of the first graph in a ``dgl.save_graphs`` file."""
-    import dgl
-
     try:
         graphs, _ = dgl.load_graphs(str(p))
     except Exception as exc:  # DGL raises DGLError / RuntimeError variants for corrupt files
@@ -165,9 +165,6 @@ def _validate(p: Path, src: np.ndarray, dst: np.ndarray, nd: dict[str, np.ndarra
 
 def _build(src: np.ndarray, dst: np.ndarray, nd: dict[str, np.ndarray], n: int):
     """The DGLGraph with the validated data in the dtypes the trainers use."""
-    import dgl
-    import torch
-
     g = dgl.graph((torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst.astype(np.int64))),
                   num_nodes=n)
     g.ndata["feat"] = torch.from_numpy(np.ascontiguousarray(nd["feat"], dtype=np.float32))

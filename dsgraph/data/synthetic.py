@@ -8,9 +8,9 @@ Everything is vectorized numpy; memory is linear in nodes + edges.
 """
 from __future__ import annotations
 
+import dgl
 import numpy as np
 import torch
-import dgl
 
 from dsgraph.config import DatasetConfig
 

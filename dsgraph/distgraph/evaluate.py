@@ -1,7 +1,10 @@
 """Accuracy over a DistGraph: exact layer-wise inference, or sampled inference for plug-in models."""
 from __future__ import annotations
 
+import dgl
 import torch
+from dgl.dataloading import DistNodeDataLoader
+from dgl.distributed import DistTensor
 from torch import nn
 
 from dsgraph import dist
@@ -14,9 +17,6 @@ def layerwise_logits(model: nn.Module, g, batch_size: int):
     Each trainer computes its share of every layer into a DistTensor; the next layer reads its
     inputs (local or remote) from there. Needs ``model.num_layers`` and ``model.forward_layer``.
     """
-    import dgl
-    from dgl.dataloading import DistNodeDataLoader
-    from dgl.distributed import DistTensor
 
     pb = g.get_partition_book()
     everyone = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool), pb,
@@ -44,7 +44,6 @@ def accuracy(model: nn.Module, g, nodes: dict[str, torch.Tensor], layerwise: boo
     ``layerwise`` uses :func:`layerwise_logits` (exact); otherwise each split is sampled with
     ``fanouts``, as in training.
     """
-    import dgl
 
     counts: list[float] = []
     if layerwise:

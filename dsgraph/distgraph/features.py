@@ -7,6 +7,7 @@ rows beyond the halo still travel over RPC.
 """
 from __future__ import annotations
 
+import dgl
 import torch
 
 
@@ -14,8 +15,6 @@ class HaloCachedFeatures:
     """Read rows of a DistGraph node-feature tensor, serving halo rows from a local copy."""
 
     def __init__(self, g, name: str = "feat", cache_halo: bool = True) -> None:
-        import dgl
-
         self.tensor = g.ndata[name]
         self.pb = g.get_partition_book()
         self.partid = self.pb.partid

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import dgl.nn as dglnn
 import torch
 from torch import nn
-import dgl.nn as dglnn
 
 
 class StackedGNN(nn.Module):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+import dgl.nn as dglnn
 import torch
 from torch import nn
-import dgl.nn as dglnn
 
 from dsgraph.models.base import Exchange, FieldModel
 

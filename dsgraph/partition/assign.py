@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import warnings
 
+import dgl
 import numpy as np
+import pymetis
 import scipy.sparse as sp
+import torch
 
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> sp.csr_matrix:
@@ -15,8 +18,6 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> sp.csr_ma
     than scipy's ``coo.tocsr()``, whose duplicate summing sorts every row. Rows are not sorted
     (METIS does not need them sorted).
     """
-    import dgl
-    import torch
 
     keep = src != dst
     s, d = src[keep], dst[keep]
@@ -38,7 +39,6 @@ def metis_assignment(adj: sp.csr_matrix, num_parts: int, vertex_weights: np.ndar
     balance up to ~1.15 observed at 4-8 parts), so the result goes through :func:`rebalance`,
     which caps every part at ``max_balance`` times the mean node count.
     """
-    import pymetis
 
     n = adj.shape[0]
     if num_parts == 1:

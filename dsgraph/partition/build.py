@@ -6,7 +6,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsgraph.partition.assign import balance_weights, metis_assignment, random_assignment, symmetric_csr
+from dsgraph.partition.assign import (
+    balance_weights,
+    metis_assignment,
+    random_assignment,
+    symmetric_csr,
+)
 from dsgraph.partition.format import write_partitions
 
 if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time

@@ -32,12 +32,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dgl
 import numpy as np
 import torch
+from dgl.data.utils import save_tensors
 
+from dsgraph.errors import UserError
+from dsgraph.fsutil import atomic_dir
 from dsgraph.procstats import peak_rss_mb
 
 if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time
@@ -54,13 +59,8 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     ``partition_stats.json`` (see :func:`partition_stats`) is written beside the JSON, starting
     from the given ``stats`` and adding per-part counts, wall time and peak RSS.
     """
-    import time
     t0 = time.perf_counter()
-    import dgl
-    from dgl.data.utils import save_tensors
 
-    from dsgraph.errors import UserError
-    from dsgraph.fsutil import atomic_dir
 
     if Path(out_dir).exists() and not force:  # fail before the expensive work, not after it
         raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
@@ -150,7 +150,6 @@ def split_one_hop(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_
     edata: ``_ID``, ``inner_edge``, ``orig_id``. DGL's version spends most of its time in
     per-part sorts; this one is several times faster on 1M-node graphs.
     """
-    import dgl
 
     n = assignment.shape[0]
     new2orig = _stable_order(assignment, num_parts)

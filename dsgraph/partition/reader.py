@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import dgl
 import torch
+from dgl.data.utils import load_tensors
 
 from dsgraph.errors import DataError, UserError
 
@@ -69,8 +71,6 @@ def _node_ranges(meta: dict, part_json: Path) -> torch.Tensor:
 
 def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> LocalPartition:
     """Read part ``rank`` of ``part_json``: inner-node data and the in-edges of inner nodes."""
-    import dgl
-
     part_json = Path(part_json)
     if not part_json.is_file():
         raise DataError(f"{part_json}: partition JSON not found (run `python -m partition` first)")
@@ -111,8 +111,6 @@ def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> L
 
 def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
     """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
-    from dgl.data.utils import load_tensors
-
     cfg_path = Path(part_config)
     meta = json.loads(cfg_path.read_text())
     return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]

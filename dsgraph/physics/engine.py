@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import dgl
 import numpy as np
 import torch
 
 from dsgraph import dist
-
 from dsgraph.physics import sampling
 from dsgraph.physics.decompose import bisection, decompose
 from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
@@ -48,8 +48,6 @@ def local_forward(model: torch.nn.Module, sg: sampling.SampledGraph, plan: Local
                   dtype: torch.dtype = torch.float32,
                   exchange_fn: type[torch.autograd.Function] = HaloExchange) -> torch.Tensor:
     """Model output on this worker's local rows (owned first, then halo: only owned are valid)."""
-    import dgl
-
     nodes = plan.nodes
     g = dgl.graph((torch.from_numpy(plan.src), torch.from_numpy(plan.dst)), num_nodes=len(nodes))
     x = torch.from_numpy(sg.x[nodes]).to(dtype)

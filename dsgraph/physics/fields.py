@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsgraph.data import airfoil, darcy
 
 
 @dataclass
@@ -88,7 +89,6 @@ def load_fields(cfg, progress: bool = True) -> FieldData:
     ds, ph = cfg.dataset, cfg.physics
     total = ph.train_samples + ph.test_samples
     if ds.name == "darcy":
-        from dsgraph.data import darcy
 
         d = darcy.load(ds.cache_dir, ph.resolution, total, ds.seed, ph.gen_workers, progress)
         m = ph.resolution ** 2
@@ -97,7 +97,6 @@ def load_fields(cfg, progress: bool = True) -> FieldData:
         x = np.concatenate([pos, d["a"].reshape(total, m, 1)], axis=2)
         y = d["u"].reshape(total, m, 1)
     elif ds.name == "airfoil":
-        from dsgraph.data import airfoil
 
         d = airfoil.load(ds.cache_dir, ph.points, total, ds.seed, ph.gen_workers, progress)
         pos, x, y = d["pos"], d["x"], d["y"]

@@ -17,7 +17,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Optional
 
+import dgl
+import dgl.function as fn
 import torch
+from dgl.base import is_all
 
 from dsgraph.errors import UserError
 from dsgraph.sar.ops import HaloFetch, OpSpec, Runtime, ShardOp
@@ -113,7 +116,6 @@ class SarGraph:
 
     def update_all(self, message_func, reduce_func, apply_node_func=None) -> None:
         """Builtin message + builtin reduce into ``dstdata[reduce_func.out_field]``."""
-        import dgl.function as fn
         if apply_node_func is not None or not isinstance(reduce_func, fn.BuiltinFunction) \
                 or not isinstance(message_func, fn.BuiltinFunction):
             raise UserError("SAR graphs support only dgl.function builtin message/reduce "
@@ -145,8 +147,6 @@ class SarGraph:
 
     def apply_edges(self, func, edges: Any = None, etype: Any = None) -> None:
         """Builtin edge function over all local edges into ``edata[func.out_field]``."""
-        import dgl.function as fn
-        from dgl.base import is_all
         if edges is not None and not is_all(edges) or not isinstance(func, fn.BuiltinFunction):
             raise UserError("SAR graphs support apply_edges only with a dgl.function builtin on "
                             f"all edges; a layer passed {func!r}")
@@ -178,7 +178,6 @@ class SarGraph:
         return torch.cat([x, HaloFetch.apply(self._rt, x)])
 
     def _spmm(self, op: str, red: str, u: torch.Tensor, e: Optional[torch.Tensor]):
-        import dgl
         mode = self._rt.mode
         if not self._plan.any_remote or mode == "one_shot":
             uf = self._fetch_full(u) if self._plan.any_remote else u
@@ -188,11 +187,9 @@ class SarGraph:
                              None if op == "copy_lhs" else e)
 
     def _local_spmm(self, op: str, red: str, u, e: torch.Tensor) -> torch.Tensor:
-        import dgl
         return _zero_inf(dgl.ops.gspmm(self._plan.local_block(), op, red, u, e), red)
 
     def _sddmm(self, op: str, lhs: str, rhs: str, lf: str, rf: Optional[str]) -> torch.Tensor:
-        import dgl
 
         def get(target: str, field: Optional[str]):
             if field is None:

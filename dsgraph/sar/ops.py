@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import dgl
 import torch
 
 from dsgraph.sar.comm import Comm, GradPush, ring_fetch
@@ -56,7 +57,6 @@ def _sum_to(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
 
 def _compute(spec: OpSpec, g, uj, v, ej) -> torch.Tensor:
     """Run the builtin on one shard graph ``g`` (u rows of that shard, local v, shard edges)."""
-    import dgl
     if spec.kind == "spmm":
         red = "sum" if spec.reduce == "mean" else spec.reduce
         if spec.op == "copy_lhs":
@@ -81,7 +81,6 @@ def _linear_grads(spec: OpSpec, plan: ShardPlan, j: int, gout: torch.Tensor,
                   u_shape: tuple, v: Optional[torch.Tensor], ej: Optional[torch.Tensor],
                   need_u: bool, need_v: bool, need_e: bool):
     """Gradients of one shard of a linear op: (u rows of shard j, v contribution, e slice)."""
-    import dgl
     gu = gv = ge = None
     if spec.kind == "spmm":
         if need_u:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import dgl
 import torch
 import torch.distributed as dist
 
@@ -111,7 +112,6 @@ class ShardPlan:
         """Block of shard j: compact rows of part j (or local ids for j == rank) -> local nodes."""
         g = self._graphs.get(j)
         if g is None:
-            import dgl
             g = dgl.create_block((self._shard_src[j], self._shard_dst[j]),
                                  num_src_nodes=self.num_src[j], num_dst_nodes=self.num_local,
                                  idtype=self.idtype)
@@ -122,7 +122,6 @@ class ShardPlan:
         """Shard j with edges reversed (local nodes -> part j's rows), same edge order."""
         g = self._rgraphs.get(j)
         if g is None:
-            import dgl
             g = dgl.create_block((self._shard_dst[j], self._shard_src[j]),
                                  num_src_nodes=self.num_local, num_dst_nodes=self.num_src[j],
                                  idtype=self.idtype)
@@ -141,7 +140,6 @@ class ShardPlan:
     def local_block(self):
         """All local edges in local order: sources are local ids then the halo, by part."""
         if self._local is None:
-            import dgl
             srcs = []
             for j in range(self.world):
                 s = self._shard_src[j]
