@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             raise UserError(f"{out}: output folder exists; pass --force to replace it")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    # Imported only now: torch reads OMP_NUM_THREADS when it loads, and config errors above
+    # should not wait for torch and DGL to load.
     from dsgraph.data import load_graph
     from dsgraph.partition import partition_graph
 

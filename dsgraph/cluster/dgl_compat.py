@@ -62,6 +62,7 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
         return
     if _applied is not None:
         raise RuntimeError(f"dgl_compat already applied with {_applied}, not {state}")
+    # DGL is imported here, not at module level: importing dsgraph.cluster must not load DGL.
     from dgl._ffi import ndarray as ffi_ndarray
     from dgl.distributed import dist_graph, kvstore, rpc_client
 

@@ -8,6 +8,10 @@ from dsgraph.cluster import dgl_compat
 
 dgl_compat.apply_from_env()  # before DGL starts: this module is a process entry point
 
+from dgl.distributed import DistGraphServer  # noqa: E402
+
+from dsgraph.cluster.worker import set_threads  # noqa: E402
+
 
 def main() -> None:
     """Serve one partition until every client has disconnected."""
@@ -19,10 +23,7 @@ def main() -> None:
     parser.add_argument("--num-clients", type=int, required=True)
     args = parser.parse_args()
     logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
-    from dsgraph.cluster.worker import set_threads
     set_threads()
-    from dgl.distributed import DistGraphServer
-
     server = DistGraphServer(args.server_id, args.ip_config, args.num_servers, args.num_clients,
                              args.part_config, disable_shared_mem=False,
                              graph_format=("csc", "coo"))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+
+import psutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,10 +36,9 @@ def local_addresses() -> set[str]:
     except OSError:
         pass
     try:
-        import psutil
         for nics in psutil.net_if_addrs().values():
             addrs.update(a.address for a in nics if a.family == socket.AF_INET)
-    except Exception:  # psutil missing or restricted: hostname lookup is enough
+    except OSError:  # restricted: the hostname lookup is enough
         pass
     return addrs
 
