@@ -36,6 +36,24 @@ def test_native_kernels_build_where_a_compiler_exists(codec_path):
     assert any(native.cache_dir().glob("dsq-*.so"))
 
 
+def test_native_build_writes_the_library_atomically(codec_path, tmp_path, monkeypatch):
+    """The compiled library appears whole (0755, no temporary left); a failed compile leaves
+    nothing behind."""
+    if codec_path == "torch" or shutil.which("gcc") is None:
+        pytest.skip("needs the C compiler")
+    monkeypatch.setenv("DSGRAPH_KERNEL_CACHE", str(tmp_path / "kernels"))
+    lib = native._build()
+    assert lib.dsq_quantize is not None
+    files = list((tmp_path / "kernels").iterdir())
+    assert len(files) == 1 and files[0].name.startswith("dsq-") and files[0].suffix == ".so"
+    assert files[0].stat().st_mode & 0o777 == 0o755
+    monkeypatch.setenv("DSGRAPH_KERNEL_CACHE", str(tmp_path / "failed"))
+    monkeypatch.setenv("CC", shutil.which("false") or "false")
+    with pytest.raises(RuntimeError, match="failed"):
+        native._build()
+    assert not any((tmp_path / "failed").iterdir())
+
+
 def _gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
+from pathlib import Path
 
 import dgl
 import pytest
@@ -11,11 +14,13 @@ import torch.nn.functional as F
 from dsgraph.compress import (CompressionConfig, Compressor, compressed, compression_context,
                               packed_nbytes)
 from dsgraph.compress import native
+from dsgraph.compress.codec import PackedMask, QTensor
 from dsgraph.compress.hooks import _BufferPool
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError
 from dsgraph.models.registry import build_model
+from dsgraph.savepolicy import SaveKind, SavePolicy, SavePolicyFunction, policy_of
 
 CFG = CompressionConfig(enabled=True, min_numel=0)
 
@@ -253,3 +258,173 @@ def test_sampled_training_on_blocks():
         if i == 2:
             break
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+# --- declared save policies (dsgraph.savepolicy) ----------------------------------------------
+
+
+class _Recording(Compressor):
+    """A Compressor remembering (saved tensor's grad_fn name, shape, what pack returned)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.packs: list[tuple[str, tuple, object]] = []
+
+    def pack(self, t):
+        out = super().pack(t)
+        self.packs.append((type(t.grad_fn).__name__, tuple(t.shape), out))
+        return out
+
+
+def _stored(packed):
+    """What a pack stored: "exact", "mask" or the bit width of its INT-b codes."""
+    if isinstance(packed, torch.Tensor):
+        return "exact"
+    if isinstance(packed.packed, PackedMask):
+        return "mask"
+    assert isinstance(packed.packed, QTensor)
+    return packed.packed.bits
+
+
+class _ScaleAll(torch.autograd.Function):
+    """y = x * s, saving both: undeclared, so both are quantized as usual."""
+
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, g):
+        x, s = ctx.saved_tensors
+        return g * s, (g * x).sum(-1, keepdim=True)
+
+
+class _ScaleExact(SavePolicyFunction):
+    """The same op declaring every save exact."""
+
+    save_policy = SavePolicy(saves=SaveKind.EXACT)
+    forward = staticmethod(_ScaleAll.forward)
+    backward = staticmethod(_ScaleAll.backward)
+
+
+class _ScalePerNode(SavePolicyFunction):
+    """The same op declaring only its per-node saves (last dimension 1) exact."""
+
+    save_policy = SavePolicy(per_node=SaveKind.EXACT)
+    forward = staticmethod(_ScaleAll.forward)
+    backward = staticmethod(_ScaleAll.backward)
+
+
+@pytest.mark.parametrize("fn,stored", [(_ScaleAll, [2, 2]), (_ScaleExact, ["exact", "exact"]),
+                                       (_ScalePerNode, [2, "exact"])])
+def test_declared_saves_are_stored_as_declared(fn, stored):
+    """A Function declaring EXACT keeps its saves exact (gradient bit for bit), per node too."""
+    x0 = torch.randn(300, 4, 16, requires_grad=True)
+    s0 = torch.randn(300, 4, 1, requires_grad=True)
+    grads = []
+    for ctx in (contextlib.nullcontext(), _Recording(CFG, seed=0)):
+        x0.grad = s0.grad = None
+        with ctx:
+            y = fn.apply(x0 * 1.0, s0 * 1.0)  # (products by a scalar save nothing)
+        y.backward(torch.ones_like(y))
+        grads.append((x0.grad.clone(), s0.grad.clone()))
+    assert [_stored(p) for _, _, p in ctx.packs] == stored
+    if stored == ["exact", "exact"]:
+        assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_policy_covers_only_saves_inside_apply():
+    """The running Function is recorded for its own apply only: ops after it decide as usual."""
+    x = torch.randn(200, 8, requires_grad=True)
+    with _Recording(CFG, seed=0) as c:
+        y = _ScaleExact.apply(x * 1.0, torch.ones(200, 8) * 2.0)
+        z = y * y  # saves y twice (one pack, one cache hit), undeclared: quantized
+    assert [_stored(p) for _, _, p in c.packs] == ["exact", "exact", 2, 2]
+
+
+def test_gat_edge_softmax_output_int8_and_logits_sign_mask():
+    """In DGL's GATConv the edge softmax output (declared for DGL in dsgraph.savepolicy) is
+    stored at 8 bits and the leaky_relu input (logits) as a sign mask; features at INT2."""
+    g = _tiny_graph()
+    x = g.ndata["feat"]
+    torch.manual_seed(0)
+    conv = dgl.nn.GATConv(x.shape[1], 8, num_heads=2, allow_zero_in_degree=True)
+    with _Recording(CFG, seed=0) as c:
+        out = conv(g, x)
+    out.sum().backward()
+    by_fn = {}
+    for name, shape, packed in c.packs:
+        by_fn.setdefault(name, set()).add((shape, _stored(packed)))
+    e = (g.num_edges(), 2, 1)
+    assert by_fn["EdgeSoftmaxBackward"] == {(e, 8)}
+    assert by_fn["GSDDMMBackward"] == {(e, "mask")}  # el_u + er_v, saved by leaky_relu
+    assert ((g.num_nodes(), 2, 8), 2) in by_fn["ViewBackward0"]  # projected features
+    assert all(p.grad is not None for p in conv.parameters())
+
+
+class _OnePart:
+    """A one-part ShardPlan and Runtime, as much of them as ``GatAttention`` uses."""
+
+    rank, world, comm, prefetch = 0, 1, None, False
+
+    def __init__(self, g) -> None:
+        src, dst = g.edges()
+        n = g.num_nodes()
+        self.plan, self.num_local = self, n
+        self._g = dgl.create_block((src, dst), num_src_nodes=n, num_dst_nodes=n)
+        self._rg = dgl.create_block((dst, src), num_src_nodes=n, num_dst_nodes=n)
+        self._has_in = g.in_degrees() > 0
+
+    def fetch(self, x):
+        yield 0, x
+
+    def shard(self, j):
+        return self._g
+
+    def reverse_shard(self, j):
+        return self._rg
+
+    def has_in_edge(self, j):
+        return self._has_in
+
+    def shard_has_edges(self, j):
+        return True
+
+
+def test_sar_fused_attention_keeps_its_per_node_saves_exact():
+    """dsgraph.sar's GatAttention declares its per-node saves (logits el/er, softmax max and
+    denominator, shape (..., 1)) exact: only the features are quantized."""
+    from dsgraph.sar.attention import GatAttention
+    g = _tiny_graph()
+    n, heads = g.num_nodes(), 2
+    gen = torch.Generator().manual_seed(0)
+    ft0, el0, er0 = (torch.randn(n, heads, f, generator=gen, requires_grad=True) for f in (8, 1, 1))
+    rt = _OnePart(g)
+    with _Recording(CFG, seed=0) as c:
+        out = GatAttention.apply(rt, ft0 * 1.0, el0 * 1.0, er0 * 1.0, 0.2)
+    out.sum().backward()
+    assert sorted((shape, _stored(p)) for _, shape, p in c.packs) == sorted(
+        [((n, heads, 8), 2)] + [((n, heads, 1), "exact")] * 4)
+    assert all(torch.isfinite(t.grad).all() for t in (ft0, el0, er0))
+    assert policy_of(GatAttention).kind(torch.empty(n, heads, 1)) is SaveKind.EXACT
+
+
+def test_compress_names_no_op_of_other_packages():
+    """compress decides from declared policies, not from names of sar/DGL ops or stack frames."""
+    root = Path(__file__).resolve().parents[1] / "dsgraph" / "compress"
+    for path in root.glob("*.py"):
+        src = path.read_text()
+        for word in ("GatAttention", "EdgeSoftmax", "_getframe", "f_locals", "dsgraph.sar",
+                     "import dgl", "from dgl"):
+            assert word not in src, (path.name, word)
+
+
+def test_policies_import_nothing_and_patch_nothing():
+    """Importing the policies and compress imports no DGL and leaves torch's Function as is."""
+    code = ("import sys, torch; apply = torch.autograd.Function.apply\n"
+            "import dsgraph.savepolicy, dsgraph.compress\n"
+            "assert 'dgl' not in sys.modules and 'dsgraph.sar' not in sys.modules\n"
+            "assert torch.autograd.Function.apply == apply")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

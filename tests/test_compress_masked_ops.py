@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from dsgraph.compress import native
 from dsgraph.compress.masked_ops import MaskedActivations
+from dsgraph.savepolicy import SaveKind, saving_policy
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="C kernels unavailable")
 
@@ -71,3 +72,22 @@ def test_other_calls_go_to_torch():
         assert type(torch.relu(x).grad_fn).__name__ != "ReluBackward0"  # fused
     with MaskedActivations(min_numel=10_000):
         assert type(torch.relu(x).grad_fn).__name__ == "ReluBackward0"  # below min_numel
+
+
+def test_saved_bits_are_declared_bit_masks():
+    """Both ops save one uint8 tensor of packed bits, attributed to them as BIT_MASK (what the
+    compression hooks keep as it is) by their declared policy."""
+    seen = []
+
+    def pack(t):
+        policy = saving_policy(t)
+        seen.append((t.dtype, None if policy is None else policy.kind(t)))
+        return t
+
+    x = torch.randn(1000, 40, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), MaskedActivations(0):
+        y = F.dropout(torch.relu(x * 1.0), 0.5, training=True)
+        z = y * y  # saves y twice: an undeclared op
+    assert seen == [(torch.uint8, SaveKind.BIT_MASK)] * 2 + [(torch.float32, None)] * 2
+    z.sum().backward()
+    assert x.grad is not None

@@ -9,8 +9,11 @@ What happens to a saved tensor:
 * the output of ReLU, saved by ReLU itself: a lossless 1-bit mask (its backward only needs
   ``out > 0``; INT2 rounding would send small positive values to 0 and corrupt the gradient);
 * the input of ``leaky_relu`` (GAT attention logits): a 1-bit sign mask, for the same reason;
-* the output of DGL's edge softmax, whose backward is non-linear in it: INT8 (rounding noise would
-  turn into gradient bias at INT2); likewise sigmoid and tanh outputs;
+* saves of an autograd Function that declares how they may be stored (``save_policy``, see
+  :mod:`dsgraph.savepolicy`, which also lists third-party Functions such as DGL's edge softmax):
+  ``EXACT`` kept as is, ``NONLINEAR`` (backward non-linear in it: rounding noise would turn into
+  gradient bias at INT2) INT8, ``BIT_MASK`` (an already packed uint8 mask) kept as is;
+* the outputs of sigmoid and tanh, whose backward is non-linear in them: INT8 too;
 * the output of softmax / log-softmax (a loss computed inside the context: cross-entropy saves
   its log-softmax and backward takes exp of it): kept exact, so the loss may be computed inside
   or outside the context with the same, unbiased gradients;
@@ -24,6 +27,10 @@ What happens to a saved tensor:
   (``F.linear``, ``matmul``, ``mm``, ``addmm``), whose backward is linear in them so the projected
   estimate stays unbiased; other tensors are quantized unprojected.
 
+Which op is saving comes from the declared policies and from one ``TorchFunctionMode`` (the
+Compressor's, which also routes ReLU/dropout to :mod:`dsgraph.compress.masked_ops`) recording
+the running ``leaky_relu`` or linear map; no stack frames or op names of other packages.
+
 A tensor saved by several ops (a layer input feeding two linear maps, ReLU output feeding the next
 layer) is packed once per role: packs are cached by (storage, offset, shape, stride, version) and
 a weak reference guards against a freed storage's address being reused by a new tensor.
@@ -35,33 +42,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import time
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any, ContextManager, Iterable, Optional
 
 import torch
-from torch.overrides import TorchFunctionMode
+import torch.nn.functional as F
 
 from dsgraph.compress.codec import (STATS_DTYPES, PackedMask, QTensor, QuantSpec, dequantize,
                                     pack_mask, pack_positive, pack_two_valued, quantize,
                                     unpack_mask)
-from dsgraph.compress.config import CompressionConfig
-from dsgraph.compress.masked_ops import MaskedActivations
+from dsgraph.config import CompressionConfig
+from dsgraph.compress.masked_ops import ROUTED_FUNCS, MaskedActivations
 from dsgraph.errors import ConfigError
+from dsgraph.savepolicy import SaveKind, saving_policy
 
 # Ops whose backward needs only the sign of the output they save.
 SIGN_ONLY_OUTPUTS = frozenset({"ReluBackward0", "ThresholdBackward0"})
-# Python functions whose saved input is only used for its sign (leaky_relu: slope 1 or alpha).
-SIGN_ONLY_INPUTS = frozenset({"leaky_relu"})
-# Ops (autograd.Function classes) whose saved tensor enters backward non-linearly, so rounding
-# noise becomes bias (edge softmax: a * (g - sum a g) has a -Var(a) g term): stored with
-# NONLINEAR_BITS instead. On a 20k-node synthetic graph INT2 there cost GAT 5.5 accuracy
-# points; INT8 matched fp32.
-NONLINEAR_SAVERS = frozenset({"EdgeSoftmax"})
+# torch functions whose saved input is only used for its sign (leaky_relu: slope 1 or alpha),
+# matched by identity in the Compressor's TorchFunctionMode (a tuple: ``in`` needs no hashing).
+SIGN_ONLY_INPUT_FUNCS = (F.leaky_relu,)
 # Ops saving their own output whose backward is non-linear in it: y(1-y), 1-y^2 -> INT8.
 NONLINEAR_OUTPUTS = frozenset({"SigmoidBackward0", "TanhBackward0"})
+# Bits for those and for saves declared SaveKind.NONLINEAR (dsgraph.savepolicy).
 NONLINEAR_BITS = 8
 # Ops saving their own output for backward through exp(out) (a log-softmax inside the loss):
 # kept exact (measured with the loss inside the context at INT2: sampled SAGE accuracy 0.45
@@ -69,13 +73,6 @@ NONLINEAR_BITS = 8
 EXACT_OUTPUTS = frozenset({"LogSoftmaxBackward0", "SoftmaxBackward0"})
 # Functions whose first matrix operand is saved only for a gradient linear in it (projection ok).
 LINEAR_FUNCS = {"linear": 0, "matmul": 0, "mm": 0, "__matmul__": 0, "addmm": 1}
-# autograd.Functions recomputing attention in backward (dsgraph.sar's fused GAT): their per-node,
-# per-head saves (shape (..., 1): logits el/er, softmax max and denominator) re-enter through exp
-# and must match the forward's exactly (a max of -inf marks nodes without in-edges): kept exact.
-# Their feature saves enter backward linearly and are quantized as usual.
-PER_NODE_EXACT_SAVERS = frozenset({"GatAttention"})
-# autograd.Functions of masked_ops, which save a packed 1-bit mask of float32 values.
-MASK_SAVERS = frozenset({"_BitReLU", "_BitDropout"})
 # Roles whose pack serves any other role's consumer too (more exact than INT-b values).
 _SHARED_ROLES = ("exact", "nonlinear")
 
@@ -134,50 +131,56 @@ def spec_from_config(cfg: CompressionConfig) -> QuantSpec:
     return QuantSpec(cfg.bits, block, cfg.levels, STATS_DTYPES[cfg.stats_dtype], cfg.projection)
 
 
+def _declared_kind(t: torch.Tensor) -> SaveKind:
+    """What the Function saving ``t`` now declared for it (:mod:`dsgraph.savepolicy`), or AUTO."""
+    policy = saving_policy(t)
+    return SaveKind.AUTO if policy is None else policy.kind(t)
+
+
 def _is_parameter(t: torch.Tensor) -> bool:
     base = t._base if t._base is not None else t
     return base.is_leaf and base.requires_grad
 
 
-def saving_op() -> str:
-    """Name of the op saving the current tensor, from the Python frame that called into autograd.
+class _RunningOps(MaskedActivations):
+    """The Compressor's one TorchFunctionMode: ReLU and dropout routed to the 1-bit-mask ops (the
+    base class), and a record of the running torch function where it decides how its saves are
+    stored: a sign-only function (``sign_input``) and, if ``track_linear``, the matrix operand of
+    the running linear map (where projection is unbiased).
 
-    saved_tensors_hooks do not say which op is saving: the nearest frame outside this module is
-    the Python function that invoked the op (``leaky_relu`` in torch.nn.functional, or
-    ``Function.apply`` for a custom autograd Function, whose class is then reported).
+    Inside ``__torch_function__`` this mode is off, so calls do not nest: ``func`` runs the op
+    whose saves the hooks see while the record is set.
     """
-    f = sys._getframe(1)
-    while f is not None and f.f_globals.get("__name__") == __name__:
-        f = f.f_back
-    if f is None:
-        return ""
-    name = f.f_code.co_name
-    if name == "apply":
-        cls = f.f_locals.get("cls")
-        return getattr(cls, "__name__", name)
-    return name
 
-
-class _LinearInputs(TorchFunctionMode):
-    """Records the matrix operand of the linear map running now (where projection is unbiased)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.current: Optional[torch.Tensor] = None
+    def __init__(self, min_numel: int, track_linear: bool) -> None:
+        super().__init__(min_numel)
+        self.track_linear = track_linear
+        self.sign_input = False  # the running function uses its saved input only for its sign
+        self.linear_input: Optional[torch.Tensor] = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        pos = LINEAR_FUNCS.get(getattr(func, "__name__", ""))
-        prev = self.current
-        if pos is not None and len(args) > pos and isinstance(args[pos], torch.Tensor):
-            self.current = args[pos] if args[pos].dim() == 2 else None
-        try:
-            return func(*args, **(kwargs or {}))
-        finally:
-            self.current = prev
+        if func in ROUTED_FUNCS:  # (none of them is recorded)
+            return super().__torch_function__(func, types, args, kwargs)
+        if func in SIGN_ONLY_INPUT_FUNCS:
+            prev_sign, self.sign_input = self.sign_input, True
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.sign_input = prev_sign
+        if self.track_linear:
+            pos = LINEAR_FUNCS.get(getattr(func, "__name__", ""))
+            if pos is not None and len(args) > pos and isinstance(args[pos], torch.Tensor):
+                prev = self.linear_input
+                self.linear_input = args[pos] if args[pos].dim() == 2 else None
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    self.linear_input = prev
+        return func(*args, **(kwargs or {}))
 
-    def is_input(self, t: torch.Tensor) -> bool:
+    def is_linear_input(self, t: torch.Tensor) -> bool:
         """True if ``t`` is the matrix operand of the running linear map."""
-        c = self.current
+        c = self.linear_input
         return (c is not None and c.data_ptr() == t.data_ptr() and c.shape == t.shape
                 and c.stride() == t.stride())
 
@@ -220,14 +223,15 @@ class Compressor:
         self.spec = spec_from_config(cfg)
         self.spec_nonlinear = dataclasses.replace(
             self.spec, bits=max(self.spec.bits, NONLINEAR_BITS), levels="uniform", projection=1.0)
-        # Projection only where unbiased: inputs of linear maps (found by _LinearInputs).
+        # Projection only where unbiased: inputs of linear maps (found by _RunningOps).
         self.spec_projected = self.spec
         self.spec = dataclasses.replace(self.spec, projection=1.0)
-        self._linear = _LinearInputs() if self.spec_projected.projection < 1 else None
         self.min_numel = cfg.min_numel
         self.measure_only = measure_only
-        # ReLU/dropout that save 1-bit masks directly (the fp32 baseline keeps torch's own).
-        self._masked = None if measure_only else MaskedActivations(cfg.min_numel)
+        # ReLU/dropout that save 1-bit masks directly (the fp32 baseline keeps torch's own), and
+        # the running function where roles depend on it (measure_only decides no roles).
+        self._ops = None if measure_only else _RunningOps(
+            cfg.min_numel, track_linear=self.spec_projected.projection < 1)
         if seed is None:
             # Fresh randomness for every step, reproducible under torch.manual_seed.
             seed = cfg.seed * 1_000_003 + int(torch.randint(0, 2 ** 31, (1,)).item())
@@ -244,18 +248,14 @@ class Compressor:
     def __enter__(self) -> "Compressor":
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
         self._hooks.__enter__()
-        if self._linear is not None:
-            self._linear.__enter__()
-        if self._masked is not None:
-            self._masked.__enter__()
+        if self._ops is not None:
+            self._ops.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         assert self._hooks is not None
-        if self._masked is not None:
-            self._masked.__exit__(*exc)
-        if self._linear is not None:
-            self._linear.__exit__(*exc)
+        if self._ops is not None:
+            self._ops.__exit__(*exc)
         self._hooks.__exit__(*exc)
         self._hooks = None
         # Packs stay referenced by the autograd graph; the lookup tables are only for the forward.
@@ -296,7 +296,7 @@ class Compressor:
         if _is_parameter(t) or t.untyped_storage().data_ptr() in self._exclude:
             st.parameters += 1
             return t
-        if t.dtype == torch.uint8 and saving_op() in MASK_SAVERS:
+        if t.dtype == torch.uint8 and _declared_kind(t) is SaveKind.BIT_MASK:
             # Already a 1-bit mask (masked_ops); plain autograd would have held float32 values.
             st.masks += 1
             st.saved_bytes += t.untyped_storage().nbytes()
@@ -344,13 +344,14 @@ class Compressor:
         if t.dtype == torch.bool:
             return "mask", lambda: _Handle(pack_mask(t, 1.0, torch.bool))
         grad_fn = type(t.grad_fn).__name__ if t.grad_fn is not None else ""
-        op = saving_op()
+        kind = _declared_kind(t)
+        ops = self._ops
         # The first save of a ReLU output is ReLU's own (it saves its result while running).
-        if (first and grad_fn in SIGN_ONLY_OUTPUTS) or op in SIGN_ONLY_INPUTS:
+        if (first and grad_fn in SIGN_ONLY_OUTPUTS) or (ops is not None and ops.sign_input):
             return "sign", lambda: _Handle(pack_positive(t))
-        if (first and grad_fn in EXACT_OUTPUTS) or (op in PER_NODE_EXACT_SAVERS and t.shape[-1:] == (1,)):
+        if (first and grad_fn in EXACT_OUTPUTS) or kind is SaveKind.EXACT:
             return "exact", lambda: t
-        if op in NONLINEAR_SAVERS or (first and grad_fn in NONLINEAR_OUTPUTS):
+        if kind is SaveKind.NONLINEAR or (first and grad_fn in NONLINEAR_OUTPUTS):
             return "nonlinear", lambda: _Handle(quantize(t, self.spec_nonlinear,
                                                          self._generator(t.device)))
         if not t.requires_grad:
@@ -362,7 +363,7 @@ class Compressor:
                 return "mask", lambda: _Handle(mask)
             if t.dim() >= 2 and t.numel() == t.shape[0]:
                 return "exact", lambda: t
-        if self._linear is not None and self._linear.is_input(t):
+        if ops is not None and ops.track_linear and ops.is_linear_input(t):
             return "values_projected", lambda: _Handle(quantize(t, self.spec_projected,
                                                                 self._generator(t.device)))
         return "values", lambda: _Handle(quantize(t, self.spec, self._generator(t.device)))

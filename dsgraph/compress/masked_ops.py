@@ -18,6 +18,8 @@ Contract:
   ``torch.dropout`` would draw for the same seed.
 * Anything else (CUDA, other dtypes, in-place variants, no grad, tensors below ``min_numel``,
   kernels unavailable) goes to the original function.
+* Both ops declare their saves (``save_policy``, :mod:`dsgraph.savepolicy`) as ``BIT_MASK``: the
+  uint8 tensor they save already packs one bit per float32 value and is kept as it is.
 """
 from __future__ import annotations
 
@@ -28,12 +30,17 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from dsgraph.compress import native
+from dsgraph.savepolicy import SaveKind, SavePolicy, SavePolicyFunction
 
 _RELU_FUNCS = (torch.relu, F.relu)
+# Every function MaskedActivations may replace (others go straight to torch).
+ROUTED_FUNCS = _RELU_FUNCS + (F.dropout,)
 
 
-class _BitReLU(torch.autograd.Function):
+class _BitReLU(SavePolicyFunction):
     """max(x, 0), saving only the bits of x > 0."""
+
+    save_policy = SavePolicy(saves=SaveKind.BIT_MASK)
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
@@ -47,8 +54,10 @@ class _BitReLU(torch.autograd.Function):
         return native.mask_mul(grad, bits, 1.0)
 
 
-class _BitDropout(torch.autograd.Function):
+class _BitDropout(SavePolicyFunction):
     """Inverted dropout, saving only the keep bits."""
+
+    save_policy = SavePolicy(saves=SaveKind.BIT_MASK)
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float, seed: int) -> torch.Tensor:

@@ -18,13 +18,14 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import torch
+
+from dsgraph.fsutil import atomic_write_with
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11"]
@@ -88,19 +89,14 @@ def _build() -> ctypes.CDLL:
                                      platform.machine().encode(), _cpu_id().encode()])).hexdigest()[:16]
     out = cache_dir() / f"dsq-{key}.so"
     if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        def compile_to(tmp: str) -> None:
             res = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
                                  check=False)
             if res.returncode != 0:
                 raise RuntimeError(f"{cc} failed on {SOURCE}: {res.stderr.strip()[:500]}")
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same bytes
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+
+        # Atomic: a concurrent build of the same key writes the same bytes.
+        atomic_write_with(out, compile_to, mode=0o755)
     lib = ctypes.CDLL(str(out))
     for name, (res_type, args) in _SIGNATURES.items():
         fn = getattr(lib, name)

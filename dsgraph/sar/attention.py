@@ -26,6 +26,7 @@ import torch
 
 from dsgraph.sar.comm import GradPush
 from dsgraph.sar.ops import Runtime
+from dsgraph.savepolicy import SaveKind, SavePolicy, SavePolicyFunction
 
 
 def _logits(g, el: torch.Tensor, er: torch.Tensor, slope: float) -> torch.Tensor:
@@ -45,8 +46,14 @@ def _attention(g, s: torch.Tensor, m: torch.Tensor, den: torch.Tensor) -> torch.
     return dgl.ops.gsddmm(g, "div", a, den, "e", "v")
 
 
-class GatAttention(torch.autograd.Function):
+class GatAttention(SavePolicyFunction):
     """Fused, ring-scheduled GAT attention + aggregation (see module docstring)."""
+
+    # Backward recomputes the attention from the per-node, per-head saves (shape (..., 1): logits
+    # el/er, softmax max and denominator); they re-enter through exp and must match forward's
+    # exactly (a max of -inf marks nodes without in-edges; quantized, the recompute diverged and
+    # training stalled). The features ft enter backward linearly: quantized as usual.
+    save_policy = SavePolicy(per_node=SaveKind.EXACT)
 
     @staticmethod
     def forward(ctx, rt: Runtime, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
