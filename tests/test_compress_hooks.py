@@ -11,11 +11,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dsgraph.compress import (CompressionConfig, Compressor, compressed, compression_context,
-                              packed_nbytes)
-from dsgraph.compress import native
+from dsgraph.compress import (
+    CompressionConfig,
+    Compressor,
+    compressed,
+    compression_context,
+    native,
+    packed_nbytes,
+)
 from dsgraph.compress.codec import PackedMask, QTensor
-from dsgraph.compress.hooks import _BufferPool
+from dsgraph.compress.pool import BufferPool
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError
@@ -147,17 +152,17 @@ def test_unpack_buffer_pool_never_overwrites_a_live_tensor(monkeypatch):
 
     pooled = grads()
     handed = []
-    real_get = _BufferPool.get
+    real_get = BufferPool.get
 
     def spy(self, n):
         buf = real_get(self, n)
         handed.append(buf.data_ptr())
         return buf
 
-    monkeypatch.setattr(_BufferPool, "get", spy)
+    monkeypatch.setattr(BufferPool, "get", spy)
     assert torch.equal(grads(), pooled)
     assert len(set(handed)) < len(handed)  # the pool did hand buffers out again
-    monkeypatch.setattr(_BufferPool, "get", lambda self, n: torch.empty(n))
+    monkeypatch.setattr(BufferPool, "get", lambda self, n: torch.empty(n))
     assert torch.equal(grads(), pooled)
 
 

@@ -44,17 +44,27 @@ import contextlib
 import dataclasses
 import time
 import weakref
-from dataclasses import asdict, dataclass
 from typing import Any, ContextManager, Iterable, Optional
 
 import torch
 import torch.nn.functional as F
 
-from dsgraph.compress.codec import (STATS_DTYPES, PackedMask, QTensor, QuantSpec, dequantize,
-                                    pack_mask, pack_positive, pack_two_valued, quantize,
-                                    unpack_mask)
-from dsgraph.config import CompressionConfig
+from dsgraph.compress.codec import (
+    STATS_DTYPES,
+    PackedMask,
+    QTensor,
+    QuantSpec,
+    dequantize,
+    pack_mask,
+    pack_positive,
+    pack_two_valued,
+    quantize,
+    unpack_mask,
+)
 from dsgraph.compress.masked_ops import ROUTED_FUNCS, MaskedActivations
+from dsgraph.compress.pool import BufferPool
+from dsgraph.compress.stats import SavedStats
+from dsgraph.config import CompressionConfig
 from dsgraph.errors import ConfigError
 from dsgraph.savepolicy import SaveKind, saving_policy
 
@@ -75,32 +85,6 @@ EXACT_OUTPUTS = frozenset({"LogSoftmaxBackward0", "SoftmaxBackward0"})
 LINEAR_FUNCS = {"linear": 0, "matmul": 0, "mm": 0, "__matmul__": 0, "addmm": 1}
 # Roles whose pack serves any other role's consumer too (more exact than INT-b values).
 _SHARED_ROLES = ("exact", "nonlinear")
-
-
-@dataclass
-class SavedStats:
-    """Byte and call counts of one compressed (or measured) forward pass."""
-
-    saved_bytes: int = 0  # held for backward after packing, de-duplicated by storage
-    fp32_bytes: int = 0  # what autograd would hold without packing (same tensors, same dedup)
-    quantized: int = 0  # tensors stored as INT-b codes
-    quantized_bytes: int = 0  # bytes of those codes and their statistics
-    masks: int = 0  # tensors stored as lossless 1-bit masks
-    exact: int = 0  # tensors kept as they are (small, integer, per-node scalars)
-    parameters: int = 0  # saves of parameters (not counted in bytes)
-    pack_calls: int = 0
-    cache_hits: int = 0
-    pack_s: float = 0.0  # seconds spent in pack (CPU clock; asynchronous on CUDA)
-    unpack_s: float = 0.0
-
-    @property
-    def ratio(self) -> float:
-        """fp32 bytes / bytes held (1.0 when nothing was saved)."""
-        return self.fp32_bytes / self.saved_bytes if self.saved_bytes else 1.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain-data view (for metrics files and reports)."""
-        return {**asdict(self), "ratio": self.ratio}
 
 
 class _Handle:
@@ -185,36 +169,6 @@ class _RunningOps(MaskedActivations):
                 and c.stride() == t.stride())
 
 
-class _BufferPool:
-    """Float32 CPU vectors reused by unpack once backward has dropped them.
-
-    A fresh 100 MB tensor costs ~25k page faults: on the 2-core VM, decoding 25.6M INT2 values
-    took 6 ms into a reused buffer and 22-26 ms into a fresh one (idle machine). The tensors
-    backward unpacks come in a few repeated sizes and are freed one after another. A buffer is
-    handed out again only when nothing but the pool references its storage (storage use count),
-    so a tensor backward still holds is never overwritten. The pool is emptied when the last
-    saved handle has been unpacked.
-    """
-
-    def __init__(self) -> None:
-        self._free: dict[int, list[tuple[torch.Tensor, Any]]] = {}
-
-    def get(self, n: int) -> torch.Tensor:
-        """A float32 vector of ``n`` values that nobody else references."""
-        bufs = self._free.setdefault(n, [])
-        for buf, storage in bufs:
-            # References to the storage: ``buf`` and the pool's own storage object, nothing else.
-            if torch._C._storage_Use_Count(storage._cdata) <= 2:
-                return buf
-        buf = torch.empty(n, dtype=torch.float32)
-        bufs.append((buf, buf.untyped_storage()))
-        return buf
-
-    def clear(self) -> None:
-        """Drop every buffer (memory returns to the allocator once backward releases it)."""
-        self._free.clear()
-
-
 class Compressor:
     """A ``saved_tensors_hooks`` context that compresses saved activations; see the module doc."""
 
@@ -241,7 +195,7 @@ class Compressor:
         self._entries: dict[tuple, _Entry] = {}
         self._storages: dict[int, weakref.ref] = {}
         self._hooks: Optional[ContextManager] = None
-        self._pool = _BufferPool()
+        self._pool = BufferPool()
         self._outstanding = 0  # handles given to autograd and not yet unpacked
         self.stats = SavedStats()
 

@@ -1,9 +1,13 @@
 """Which dgl.nn layers SAR runs, and routing GATConv through the fused SAR attention."""
 from __future__ import annotations
 
+import types
+
+from dgl.nn import GATConv
 from torch import nn
 
 from dsgraph.errors import UserError
+from dsgraph.sar.attention import gat_forward
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
 _SAGE_AGGREGATORS = ("mean", "gcn", "pool")
@@ -29,11 +33,8 @@ def prepare_model(model: nn.Module) -> nn.Module:
     """Check the layers (:func:`check_model`) and route every GATConv through the fused SAR
     attention (``dsgraph.sar.attention.gat_forward``, which defers to DGL's own forward off a
     SAR graph or outside ``sar`` mode). Returns ``model``, changed in place."""
-    import types
-
-    from dsgraph.sar.attention import gat_forward
     check_model(model)
     for mod in model.modules():
-        if type(mod).__name__ == "GATConv" and type(mod).__module__.startswith("dgl.nn"):
+        if isinstance(mod, GATConv):
             mod.forward = types.MethodType(gat_forward, mod)
     return model
