@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from dgl import DGLGraph
 
 from dsgraph.partition.assign import (
     balance_weights,
@@ -13,9 +14,6 @@ from dsgraph.partition.assign import (
     symmetric_csr,
 )
 from dsgraph.partition.format import write_partitions
-
-if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time
-    from dgl import DGLGraph
 
 
 def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,

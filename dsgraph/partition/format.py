@@ -34,19 +34,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import dgl
 import numpy as np
 import torch
+from dgl import DGLGraph
 from dgl.data.utils import save_tensors
 
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_dir
 from dsgraph.procstats import peak_rss_mb
-
-if TYPE_CHECKING:  # annotations only: dgl is imported where it is used, not at import time
-    from dgl import DGLGraph
 
 
 def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,

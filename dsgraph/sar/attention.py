@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+import dgl
 import torch
+from dgl import DGLError
 
 from dsgraph.sar.comm import GradPush
+from dsgraph.sar.graph import SarGraph
 from dsgraph.sar.ops import Runtime
 from dsgraph.savepolicy import SaveKind, SavePolicy, SavePolicyFunction
 
@@ -35,13 +38,11 @@ def _logits(g, el: torch.Tensor, er: torch.Tensor, slope: float) -> torch.Tensor
     With ``slope >= 0`` the result is > 0 exactly where its input is, so backward reads the
     leaky_relu derivative off the logits and the input need not be kept.
     """
-    import dgl
     return torch.nn.functional.leaky_relu_(dgl.ops.gsddmm(g, "add", el, er, "u", "v"), slope)
 
 
 def _attention(g, s: torch.Tensor, m: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """Softmax weights of the edges of ``g`` from their logits and the saved node stats."""
-    import dgl
     a = dgl.ops.gsddmm(g, "sub", s, m, "e", "v").exp_()
     return dgl.ops.gsddmm(g, "div", a, den, "e", "v")
 
@@ -58,7 +59,6 @@ class GatAttention(SavePolicyFunction):
     @staticmethod
     def forward(ctx, rt: Runtime, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
                 slope: float) -> torch.Tensor:
-        import dgl
         plan = rt.plan
         n, heads = plan.num_local, ft.shape[1]
         m = ft.new_full((n, heads, 1), float("-inf"))
@@ -98,7 +98,6 @@ class GatAttention(SavePolicyFunction):
 
     @staticmethod
     def backward(ctx, gout: torch.Tensor):
-        import dgl
         rt, slope = ctx.rt, ctx.slope
         plan = rt.plan
         ft, el, er, m, den = ctx.saved_tensors
@@ -154,7 +153,6 @@ class GatAttention(SavePolicyFunction):
 
 
 def _fallback(conv, graph, feat, edge_weight, get_attention) -> bool:
-    from dsgraph.sar.graph import SarGraph
     return (not isinstance(graph, SarGraph) or not graph.fused_attention_ok()
             or edge_weight is not None or get_attention or isinstance(feat, tuple)
             or (conv.training and conv.attn_drop.p > 0)
@@ -171,7 +169,6 @@ def gat_forward(conv, graph, feat, edge_weight=None, get_attention=False):
     if _fallback(conv, graph, feat, edge_weight, get_attention):
         return type(conv).forward(conv, graph, feat, edge_weight, get_attention)
     if not conv._allow_zero_in_degree and bool((graph.in_degrees() == 0).any()):
-        from dgl import DGLError
         raise DGLError("There are 0-in-degree nodes in the graph, output for those nodes will "
                        "be invalid. Setting ``allow_zero_in_degree`` to be `True` when "
                        "constructing this module will suppress the check.")
