@@ -25,6 +25,7 @@ from dsgraph.compress import CompressionConfig, compressed, native
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.models.registry import build_model
+from dsgraph.procstats import peak_rss_mb, reset_peak_rss, rss_mb
 
 COLUMNS = ["model", "mode", "bits", "block_size", "levels", "projection", "saved_bytes",
            "ratio_vs_fp32", "ratio_vs_rowwise", "epoch_s", "time_overhead_vs_fp32", "peak_step_mb",
@@ -60,21 +61,11 @@ TIMING_PAIRS = {"block256-uniform": 5, "row": 2, "row-rp": 2, "block256-rp": 2}
 
 
 def _rss_reset() -> Optional[float]:
-    """Reset this process's peak RSS (Linux clear_refs) and return the current RSS in MB."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _status_mb("VmRSS")
-    except OSError:
-        return None
-
-
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    """Reset this process's peak RSS (Linux clear_refs) and return the current RSS in MB; None
+    where the kernel keeps the old high-water mark (no peak can be measured then)."""
+    reset_peak_rss()
+    now = rss_mb()
+    return now if now > 0 and peak_rss_mb() - now < 1.0 else None
 
 
 class _Case:
@@ -128,7 +119,7 @@ class _Case:
             loss.backward()
             opt.step()
             if base is not None:
-                peaks.append(_status_mb("VmHWM") - base)
+                peaks.append(peak_rss_mb() - base)
             st = getattr(c, "stats", None)
             if st is not None:
                 saved += st.saved_bytes

@@ -1,8 +1,9 @@
 """DS-MPNN on Darcy and airfoil fields: accuracy vs sampled nodes and vs edge cap, 1 vs 2 workers.
 
-Every full-run record is a real ``train.dsmpnn`` job (run folder, supervised workers, full-field
-test inference); it takes test RMSE (standardized target units) and relative L2, times, and the
-largest per-worker peak RSS from the run's metrics.json / metrics.jsonl.
+Every full-run record is a real ``train.mode: dsmpnn`` job (run folder, supervised
+``train.worker`` processes, full-field test inference); it takes test RMSE (standardized target
+units) and relative L2, times, and the largest per-worker peak RSS from the run's metrics.json /
+metrics.jsonl. ``--quick`` sweep records run the same Trainer in this process (world 1).
 Sweeps: ``nodes`` (s at a fixed edge cap), ``edges`` (n_e at fixed s): accuracy only, so they run
 as 1-worker jobs two at a time (one per core; P = 2 gives the same numbers, see ``workers``).
 ``workers``: P = 1, then P = 2 at the base setting, each job alone, one thread per worker; speed
@@ -21,6 +22,8 @@ from pathlib import Path
 
 from benchmarks.harness import Report, median
 from dsgraph.fsutil import atomic_write_text
+from dsgraph.procstats import reset_peak_rss
+from dsgraph.trainer import Hook
 
 CACHE = "data"  # the project's dataset cache (git-ignored), shared with `python -m train`
 COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
@@ -49,7 +52,7 @@ FULL = {
     "airfoil": {"config": "configs/airfoil.yaml",
                 "set": ["physics.points=8000", "physics.train_samples=100",
                         "physics.test_samples=10", "train.epochs=5", "train.lr=0.01",
-                        "physics.grad_clip=1.0"],
+                        "train.grad_clip=1.0"],
                 "base": (2000, 16), "nodes": [250, 500, 1000, 2000],
                 "edge_nodes": 1000, "edges": [4, 8, 16, 32, 64],
                 "radius": {"workers": 0.25, "nodes": 0.25, "edges": 0.3}},
@@ -71,48 +74,51 @@ QUICK = {
 
 
 def train_run(config: str, overrides: list[str], out: Path) -> dict:
-    """Run one dsmpnn training job through ``train.dsmpnn.launch``; return its metrics.json."""
+    """Run one dsmpnn training job through the launcher (``train.__main__.launch``: one
+    ``train.worker`` process per subdomain); return its metrics.json."""
     from dsgraph.config import load
     from dsgraph.runs import prepare_run_dir
-    from train.dsmpnn import launch
+    from train.__main__ import launch
 
     cfg = load(config, overrides)
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
-    launch(cfg, run_dir, resume=False)
-    return json.loads((run_dir / "metrics.json").read_text())
+    return launch(cfg, run_dir, resume=False)
 
 
-def local_run(config: str, overrides: list[str]) -> dict:
-    """One worker, in this process (no process start-up): the --quick path for the sweeps."""
-    import time
+class _ResetPeak(Hook):
+    """Hook of an in-process run: the RSS high-water mark restarts when loading is done, so the
+    run's peak_rss_mb and train_mem_mb are its own, not an earlier run's in the same process."""
 
+    def on_ready(self, trainer) -> None:
+        reset_peak_rss()
+
+
+def local_run(config: str, overrides: list[str], out: Path) -> dict:
+    """One worker in this process (no process start-up): the --quick path for the sweeps. The
+    real trainer (:class:`dsgraph.trainer.Trainer` with the dsmpnn strategy, world 1) in run
+    folder ``out``, with the configured thread count; returns its metrics.json."""
     import torch
 
     from dsgraph.config import load
-    from dsgraph.physics import engine
-    from dsgraph.physics.fields import load_fields
-    from dsgraph.runs import peak_rss_mb, rss_mb, seed_everything
-    from train.dsmpnn import build
+    from dsgraph.metrics import read_summary
+    from dsgraph.runs import prepare_run_dir
+    from dsgraph.trainer import Trainer
+    from train.dsmpnn import DsmpnnStrategy
 
     cfg = load(config, overrides)
-    ph, seed = cfg.physics, cfg.train.seed
-    data = load_fields(cfg, progress=False)
-    seed_everything(seed)
-    model = build(cfg, data)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
-    base_rss = rss_mb()
-    t0 = time.perf_counter()
-    loss = None
-    for epoch in range(1, cfg.train.epochs + 1):
-        engine.set_lr(opt, engine.epoch_lr(cfg.train.lr, epoch, cfg.train.epochs, ph.lr_schedule))
-        loss = engine.train_epoch(model, opt, data, ph, seed, epoch)
-    t1 = time.perf_counter()
-    pred = engine.predict(model, data, data.test, ph, seed, ph.infer_repeats)
-    return {**engine.metrics(pred, data.test, data.y_norm), "train_s": t1 - t0,
-            "infer_s": time.perf_counter() - t1, "peak_rss_mb": peak_rss_mb(),
-            "peak_rss_mb_per_worker": [peak_rss_mb()], "train_mem_mb": peak_rss_mb() - base_rss,
-            "epochs": cfg.train.epochs, "epoch_s": (t1 - t0) / cfg.train.epochs,
-            "final_loss": loss}
+    run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
+    DsmpnnStrategy.prepare(cfg)  # the launcher-side step: the dataset cache
+    threads, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(cfg.cluster.num_threads)  # what the trainer applies
+    try:
+        Trainer(cfg, run_dir, DsmpnnStrategy(cfg), hooks=[_ResetPeak()]).run()
+    finally:
+        torch.set_num_threads(threads)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+    return read_summary(run_dir)
 
 
 def _settings(spec: dict, sweep: str, nodes: int, edges: int, workers: int) -> list[str]:
@@ -348,8 +354,12 @@ def run(quick: bool) -> Path:
             sweeps[ds] = [("nodes", s, e0) for s in spec["nodes"]] + \
                          [("edges", s_edges, e) for e in spec["edges"]]
         if quick:  # one in-process worker: seconds, no process start-up
-            results = {ds: [local_run(specs[ds]["config"], _settings(specs[ds], *j, 1)) for j in jobs]
-                       for ds, jobs in sweeps.items()}
+            results = {}
+            for ds, jobs in sweeps.items():
+                dirs = [_run_dir(specs[ds], out, *j, 1) for j in jobs]
+                results[ds] = [_with_epochs(local_run(specs[ds]["config"],
+                                                      _settings(specs[ds], *j, 1), d), d)
+                               for j, d in zip(jobs, dirs)]
         else:
             # All sweep runs in one pool, largest (s * n_e) first, so the two slots end together.
             pool = sorted(((ds, j) for ds, jobs in sweeps.items() for j in jobs),

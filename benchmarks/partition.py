@@ -45,7 +45,7 @@ def measure(spec: dict) -> dict:
     from dsgraph.config import DatasetConfig
     from dsgraph.data import load_graph
     from dsgraph.partition import orig_ids, partition_graph
-    from dsgraph.runs import peak_rss_mb, rss_mb
+    from dsgraph.procstats import peak_rss_mb, rss_mb
 
     # Library imports happen before the clock starts for both sides (``import dgl`` already
     # loaded DGL's partitioner): the timed part is partitioning + writing only.

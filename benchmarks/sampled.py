@@ -12,8 +12,8 @@ then median over repeats.
 """
 from __future__ import annotations
 
-import json
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.harness import Report, median
@@ -21,14 +21,30 @@ from dsgraph import config as config_mod
 
 
 def _run(base: list[str], tmp: Path, name: str, sets: list[str], stock: bool = False) -> dict:
+    """One fresh job in run folder ``tmp/name``: dsgraph's launcher (``train.__main__.launch``),
+    or with ``stock`` the same ``train.worker`` trainers under DGL's unpatched single-host path
+    (``run_dgl_job(..., stock=True)``)."""
+    from dsgraph.cluster.dgl_job import run_dgl_job
+    from dsgraph.metrics import read_records, read_summary, update_summary
     from dsgraph.runs import prepare_run_dir
-    from train import sampled
+    from train.__main__ import WORKER, launch
+    from train.sampled import SampledStrategy
 
     cfg = config_mod.load("configs/default.yaml", base + sets)
     run_dir = prepare_run_dir(cfg, str(tmp / name), resume=False, force=True)
-    sampled.launch(cfg, run_dir, resume=False, stock=stock)
-    summary = json.loads((run_dir / "metrics.json").read_text())
-    lines = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    if stock:
+        t0 = time.perf_counter()
+        part_config = SampledStrategy.prepare(cfg)
+        peaks = run_dgl_job(run_dir, part_config, cfg.cluster, WORKER, (), cfg.train.timeout_s,
+                            stock=True)
+        # The launcher's figures, as train.__main__.launch adds them for the dsgraph rows.
+        own = read_summary(run_dir).get("peak_rss_mb", 0.0)
+        summary = update_summary(run_dir, wall_s=time.perf_counter() - t0,
+                                 peak_rss_mb=max([own, *peaks.values()]),
+                                 peak_rss_mb_per_process=peaks)
+    else:
+        summary = launch(cfg, run_dir, resume=False)
+    lines = read_records(run_dir)
     steady = lines[1:] or lines
     return {"samples_per_s": median(r["samples_per_s"] for r in steady),
             "epoch_s": median(r["epoch_s"] for r in steady), "test_acc": summary["test_acc"],
@@ -60,21 +76,23 @@ def run(quick: bool) -> Path:
     with tempfile.TemporaryDirectory(prefix="dsgraph-bench-") as tmpd:
         tmp = Path(tmpd)
         base = [f"dataset.num_nodes={nodes}", f"dataset.cache_dir={tmp / 'data'}",
-                f"train.epochs={epochs}", "cluster.timeout_s=900"]
+                f"train.epochs={epochs}", "train.timeout_s=900"]
         g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
         for parts in (1, 2):
             partition_graph(g, parts, tmp / f"p{parts}", force=True)
         _stock_partition(base, tmp / "stock")
+        p1 = [f"partition.out_dir={tmp / 'p1'}", "partition.num_parts=1"]
+        p2 = [f"partition.out_dir={tmp / 'p2'}", "partition.num_parts=2"]
         settings = [
-            ("dsgraph 2 parts x 1 trainer", 2, 2, [f"partition.out_dir={tmp / 'p2'}"], False),
-            ("dsgraph 1 part x 1 trainer", 1, 1, [f"partition.out_dir={tmp / 'p1'}"], False),
-            ("dsgraph 1 part x 2 trainers", 2, 1,
-             [f"partition.out_dir={tmp / 'p1'}", "cluster.trainers_per_machine=2"], False),
+            ("dsgraph 2 parts x 1 trainer", 2, 2, [*p2], False),
+            ("dsgraph 1 part x 1 trainer", 1, 1, [*p1], False),
+            ("dsgraph 1 part x 2 trainers", 2, 1, [*p1, "cluster.trainers_per_machine=2"], False),
             ("stock DGL 1 part x 2 trainers", 2, 1,
-             [f"partition.out_dir={tmp / 'stock'}", "cluster.trainers_per_machine=2"], True),
+             [f"partition.out_dir={tmp / 'stock'}", "partition.num_parts=1",
+              "cluster.trainers_per_machine=2"], True),
             ("dsgraph MLP (features only)", 2, 2,
-             [f"partition.out_dir={tmp / 'p2'}", "model.name=mlp",
-              "model.args={hidden: 128, num_layers: 2}", "train.eval=sampled"], False),
+             [*p2, "model.name=mlp", "model.args={hidden: 128, num_layers: 2}",
+              "sampled.eval=sampled"], False),
         ]
         rows = {}
         for name, trainers, parts, sets, stock in settings:

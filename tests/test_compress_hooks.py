@@ -344,7 +344,7 @@ def test_policy_covers_only_saves_inside_apply():
     x = torch.randn(200, 8, requires_grad=True)
     with _Recording(CFG, seed=0) as c:
         y = _ScaleExact.apply(x * 1.0, torch.ones(200, 8) * 2.0)
-        z = y * y  # saves y twice (one pack, one cache hit), undeclared: quantized
+        _ = y * y  # saves y twice (one pack, one cache hit), undeclared: quantized
     assert [_stored(p) for _, _, p in c.packs] == ["exact", "exact", 2, 2]
 
 

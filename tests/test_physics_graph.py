@@ -126,14 +126,18 @@ def test_local_build_matches_full_graph_and_plans_agree():
             assert np.array_equal(plans[q].nodes[plans[q].send[p.rank].numpy()], p.nodes[rows.numpy()])
 
 
-def test_train_epoch_clips_the_gradient_norm():
-    """physics.grad_clip bounds each update: one SGD step (lr 1) moves the parameters by at most
-    the clip norm, and by far more without it."""
+def test_train_epoch_clips_the_gradient_norm(tmp_path):
+    """train.grad_clip bounds each update of a DS-MPNN epoch stepped by the trainer's step
+    (backward, gradient sum, clip, optimizer): one SGD step (lr 1) moves the parameters by at
+    most the clip norm, and by far more without it."""
     from types import SimpleNamespace
 
+    from dsgraph.config import load
     from dsgraph.models.mpnn import KernelMPNN
     from dsgraph.physics import engine
     from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
+    from dsgraph.trainer import Trainer
+    from train.dsmpnn import DsmpnnStrategy
 
     pos, x = _points(300)
     y = (3.0 * x[:, :1] + 1.0).astype(np.float32)
@@ -142,12 +146,15 @@ def test_train_epoch_clips_the_gradient_norm():
     moved = {}
     for clip in (0.0, 1e-3):
         ph = SimpleNamespace(sampled_nodes=200, radius=0.15, max_edges=8,
-                             decomposition="bisection", grad_clip=clip)
+                             decomposition="bisection")
+        cfg = load(None, ["train.mode=dsmpnn", "dataset.name=darcy", f"train.grad_clip={clip}"])
         torch.manual_seed(0)
         model = KernelMPNN(3, 1, edge_feats=sampling.edge_feat_dim(1), width=8, layers=2,
                            kernel_hidden=8)
+        trainer = Trainer(cfg, tmp_path, DsmpnnStrategy(cfg))  # one process: world 1
+        trainer.model, trainer.optimizer = model, torch.optim.SGD(model.parameters(), lr=1.0)
         before = torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
-        engine.train_epoch(model, torch.optim.SGD(model.parameters(), lr=1.0), data, ph, 0, 1)
+        engine.train_epoch(model, trainer.step, data, ph, 0, 1)
         after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         moved[clip] = float((after - before).norm())
     assert moved[1e-3] <= 1e-3 * (1 + 1e-4)

@@ -3,7 +3,6 @@ gradients on the same sampled graph, and the halo exchange routes gradients back
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -64,10 +63,11 @@ class _DropGrad(torch.autograd.Function):
 
 
 def _worker(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
-    """One gloo rank; leaves with os._exit (see train.dsmpnn.exit_now: gloo teardown deadlock)."""
+    """One gloo rank; leaves with os._exit (see dsgraph.cluster.worker.exit_now: gloo teardown
+    deadlock)."""
     import traceback
 
-    from train.dsmpnn import exit_now
+    from dsgraph.cluster.worker import exit_now
 
     try:
         _worker_body(rank, world, port, method, out_dir)
@@ -79,6 +79,7 @@ def _worker(rank: int, world: int, port: int, method: str, out_dir: str) -> None
 
 def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
     import torch.distributed as dist
+    from dsgraph.dist import allreduce_grads
     from dsgraph.physics import halo
 
     torch.set_num_threads(1)
@@ -88,10 +89,10 @@ def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) ->
     res = {"owned": torch.from_numpy(plan.owned), "nodes": torch.from_numpy(plan.nodes),
            "halo": len(plan.halo)}
     res["out"] = _run(sg, target, model, plan)
-    halo.allreduce_grads(model.parameters())
+    allreduce_grads(model.parameters())
     res["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
     _run(sg, target, model, plan, exchange_cls=_DropGrad)
-    halo.allreduce_grads(model.parameters())
+    allreduce_grads(model.parameters())
     res["broken_grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
     # Exchange alone: owned rows hold their global id, halo rows hold -1 until exchanged;
     # loss = sum(w * exchanged) with per-rank random weights.
@@ -107,15 +108,11 @@ def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) ->
     dist.barrier()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(world: int, method: str, out_dir: Path, timeout: float = 90.0) -> list[dict]:
+    from dsgraph.cluster.ports import free_port_range
+
     ctx = mp.get_context("spawn")
-    port = _free_port()
+    port = free_port_range(1)
     procs = [ctx.Process(target=_worker, args=(r, world, port, method, str(out_dir)))
              for r in range(world)]
     for p in procs:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from dsgraph.sar import gradcheck as gc
+from tests.dist import sar_cases as harness
 
 MODELS = [("gcn", {"hidden": 8}), ("sage", {"hidden": 8}),
           ("sage", {"hidden": 8, "aggregator": "pool"}), ("gat", {"hidden": 4, "heads": 2})]
@@ -45,18 +45,18 @@ def check(g, results: list[dict], world: int) -> None:
     """Compare every case with the single-process reference; modes must agree too."""
     by_key: dict = {}
     for case, got in zip(CASES, results):
-        ref = gc.reference_case(g, case)
+        ref = harness.reference_case(g, case)
         tol = TOL[case["dtype"]]
         name = f"{case['model']}{case['args'].get('aggregator', '')}/{case['mode']}/{case['dtype']}"
         assert abs(got["loss"] - ref["loss"]) <= tol * abs(ref["loss"]), name
-        assert gc.max_rel_err(got["grads"], ref["grads"]) <= tol, name
+        assert harness.max_rel_err(got["grads"], ref["grads"]) <= tol, name
         for k, t in ref["grads"].items():  # no gradient is trivially zero
             assert t.abs().max() > 0, (name, k)
-        assert gc.rel_err(got["x_grad"], ref["x_grad"]) <= tol, name
-        assert gc.max_rel_err(got["weights"], ref["weights"]) <= (tol if tol < 1e-6 else 1e-3), name
+        assert harness.rel_err(got["x_grad"], ref["x_grad"]) <= tol, name
+        assert harness.max_rel_err(got["weights"], ref["weights"]) <= (tol if tol < 1e-6 else 1e-3), name
         for rg, rw in zip(got["rank_grads"], got["rank_weights"]):  # identical on every worker
-            assert gc.max_rel_err(rg, got["grads"]) <= 1e-12, name
-            assert gc.max_rel_err(rw, got["weights"]) <= 1e-12, name
+            assert harness.max_rel_err(rg, got["grads"]) <= 1e-12, name
+            assert harness.max_rel_err(rw, got["weights"]) <= 1e-12, name
         if world > 1:
             assert got["bytes_sent"] > 0, name
             if case["model"] == "gat":  # fused attention saves no per-edge tensor; DGL's does
@@ -70,7 +70,7 @@ def check(g, results: list[dict], world: int) -> None:
     for key, runs in by_key.items():
         assert len(runs) == len(MODES)
         for other in runs[1:]:
-            assert gc.max_rel_err(other["grads"], runs[0]["grads"]) <= TOL[key[2]], key
+            assert harness.max_rel_err(other["grads"], runs[0]["grads"]) <= TOL[key[2]], key
 
 
 @pytest.mark.timeout(150)
@@ -80,7 +80,7 @@ def test_gradients_match_single_process(world, tmp_path):
     g = make_graph(120, seed=world)
     part_json = partition_graph(g, world, tmp_path / "parts", method="metis" if world > 1
                                 else "random")
-    results = gc.run_cases(str(part_json), world, CASES, str(tmp_path))
+    results = harness.run_cases(str(part_json), world, CASES, str(tmp_path))
     check(g, results, world)
 
 
@@ -93,5 +93,5 @@ def test_four_uneven_parts_with_empty_shards(tmp_path):
     g = make_graph(sum(sizes), blocks=sizes, seed=7)
     assign = np.repeat(np.arange(4), sizes)
     part_json = write_partitions(g, assign, tmp_path / "parts", "graph")
-    results = gc.run_cases(str(part_json), 4, CASES, str(tmp_path))
+    results = harness.run_cases(str(part_json), 4, CASES, str(tmp_path))
     check(g, results, 4)

@@ -1,16 +1,22 @@
-"""Gradient checks of SAR against single-process DGL: the step both sides run and the comparison.
+"""Gradient checks of SAR against single-process DGL (test harness of ``test_sar_grad``).
 
-Used by the tests and the ``sar`` benchmark. A *case* is (model name, model args, mode, dtype);
-both sides build the model after ``torch.manual_seed(seed)`` so initial weights are identical.
+A *case* is (model name, model args, mode, dtype, num_classes); both sides build the model after
+``torch.manual_seed(seed)`` so initial weights are identical. :func:`run_cases` runs every case
+on N real gloo worker processes (one SAR worker per partition), :func:`reference_case` runs it on
+the whole graph with plain DGL in this process; :func:`rel_err` / :func:`max_rel_err` compare.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import os
+import time
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
 
 from dsgraph.models.registry import build_model
+
+WORKER_TIMEOUT_S = 100  # a stuck worker prints where it is, then exits
 
 
 def full_graph_loss(model, graph, x: torch.Tensor, label: torch.Tensor, train: torch.Tensor,
@@ -28,17 +34,17 @@ def make_model(case: dict, in_feats: int, num_classes: int, seed: int):
 
 
 def run_steps(model, graph, x, label, train, num_train, adam_steps: int, lr: float,
-              sync=None) -> dict[str, Any]:
+              sync: Optional[Callable] = None) -> dict[str, Any]:
     """One gradient evaluation, then ``adam_steps`` Adam steps; returns loss/grads/weights.
 
-    ``sync(model)`` sums gradients over workers (None in a single process); the returned
+    ``sync(parameters)`` sums gradients over workers (None in a single process); the returned
     ``loss`` is this worker's share (sum over workers for the total).
     """
     x = x.detach().requires_grad_(True)
     loss = full_graph_loss(model, graph, x, label, train, num_train)
     loss.backward()
     if sync is not None:
-        sync(model)
+        sync(model.parameters())
     out = {"loss": loss.item(), "x_grad": x.grad.detach().clone(),
            "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()}}
     if adam_steps:
@@ -48,7 +54,7 @@ def run_steps(model, graph, x, label, train, num_train, adam_steps: int, lr: flo
             loss = full_graph_loss(model, graph, x.detach(), label, train, num_train)
             loss.backward()
             if sync is not None:
-                sync(model)
+                sync(model.parameters())
             opt.step()
         out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
     return out
@@ -88,88 +94,79 @@ def saved_edge_tensors(model, graph, x: torch.Tensor, num_edges: int,
     return count
 
 
-# --- multi-process driver (tests and benchmark) ------------------------------------------------
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+# --- worker processes ----------------------------------------------------------------------------
 
 def case_worker(rank: int, world: int, port: int, part_json: str, cases: list[dict],
                 out_dir: str, seed: int = 0, adam_steps: int = 5, lr: float = 0.01) -> None:
-    """Worker body: run every case on this rank's partition; save to ``out_dir/rank<r>.pt``.
+    """One gloo rank: run every case on this rank's partition, save ``out_dir/rank<r>.pt``, and
+    leave through :func:`dsgraph.cluster.worker.exit_now` (0, or 1 after a traceback).
 
     Saved per case: the worker's loss share, summed gradients (identical on all ranks), the
     input-feature gradient of its own nodes keyed by original node id, weights after Adam.
     """
-    import datetime
-    import os
+    import faulthandler
+    import traceback
 
-    import torch.distributed as dist
+    from dsgraph.cluster.worker import exit_now
 
-    from dsgraph.sar.model import (allreduce_gradients, broadcast_parameters, global_sum,
-                                   prepare_model)
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
+    try:
+        _case_worker_body(rank, world, port, part_json, cases, out_dir, seed, adam_steps, lr)
+    except BaseException:  # noqa: BLE001 - a failed rank must end with a non-zero code
+        traceback.print_exc()
+        exit_now(1)
+    exit_now(0)
+
+
+def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: list[dict],
+                      out_dir: str, seed: int, adam_steps: int, lr: float) -> None:
+    from dsgraph import dist
+    from dsgraph.cluster.worker import init_process_group
+    from dsgraph.sar.model import prepare_model
     from dsgraph.sar.worker import setup_worker
 
-    import faulthandler
-    faulthandler.dump_traceback_later(100, exit=True)  # a stuck worker prints where, then exits
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
-        w = setup_worker(part_json, rank, world)
-        nd = w.part.ndata
-        train = nd["train_mask"]
-        num_train = global_sum(int(train.sum()))
-        results = []
-        for case in cases:
-            w.set_mode(case["mode"])
-            sent0 = w.comm.bytes_sent
-            model = make_model(case, nd["feat"].shape[1], case["num_classes"], seed)
-            prepare_model(model)
-            broadcast_parameters(model)
-            x = nd["feat"].to(getattr(torch, case["dtype"]))
-            sync = allreduce_gradients if world > 1 else None
-            plan = w.plan
-            saved = saved_edge_tensors(model, w.graph, x, plan.num_edges,
-                                       (plan.num_local, plan.num_local + plan.num_halo))
-            res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync)
-            res["saved_edge_tensors"] = saved
-            res["orig_id"] = nd["orig_id"].clone()
-            res["bytes_sent"] = w.comm.bytes_sent - sent0
-            results.append(res)
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-        # No destroy_process_group: with gloo it sometimes hung once a peer had finished.
-        dist.barrier()
-    finally:
-        faulthandler.cancel_dump_traceback_later()
+    # The environment every job process gets (dsgraph.cluster.launch): one thread, env:// group.
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    init_process_group(timeout_s=120)
+    w = setup_worker(part_json, rank, world)
+    nd = w.part.ndata
+    train = nd["train_mask"]
+    num_train = dist.all_sum([float(train.sum())])[0]
+    results = []
+    for case in cases:
+        w.set_mode(case["mode"])
+        sent0 = w.comm.bytes_sent
+        model = make_model(case, nd["feat"].shape[1], case["num_classes"], seed)
+        prepare_model(model)
+        dist.broadcast_module(model)
+        x = nd["feat"].to(getattr(torch, case["dtype"]))
+        sync = dist.allreduce_grads if world > 1 else None
+        plan = w.plan
+        saved = saved_edge_tensors(model, w.graph, x, plan.num_edges,
+                                   (plan.num_local, plan.num_local + plan.num_halo))
+        res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync)
+        res["saved_edge_tensors"] = saved
+        res["orig_id"] = nd["orig_id"].clone()
+        res["bytes_sent"] = w.comm.bytes_sent - sent0
+        results.append(res)
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()  # no rank leaves while a peer may still need it
 
 
-def spawn(fn, world: int, args: tuple, timeout_s: float = 120.0,
-          preload: tuple[str, ...] = ()) -> None:
-    """Run ``fn(rank, world, port, *args)`` in ``world`` fresh processes; fail on any error.
-
-    With ``preload`` (module names) the processes fork from a forkserver that imported those
-    modules once (each is still a new process with nothing else in it), which saves the
-    import time per process; otherwise they are spawned.
-    """
+def spawn(fn: Callable, world: int, args: tuple, timeout_s: float = 120.0) -> None:
+    """Run ``fn(rank, world, port, *args)`` in ``world`` fresh (spawned) processes; raise if any
+    fails or the group outlives ``timeout_s``."""
     import torch.multiprocessing as mp
 
-    if preload:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(list(preload))
-    else:
-        ctx = mp.get_context("spawn")
-    port = free_port()
+    from dsgraph.cluster.ports import free_port_range
+
+    ctx = mp.get_context("spawn")
+    port = free_port_range(1)
     procs = [ctx.Process(target=fn, args=(r, world, port) + tuple(args), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
-    import time
     deadline = time.monotonic() + timeout_s
     try:
         for p in procs:
@@ -193,7 +190,6 @@ def run_cases(part_json: str, world: int, cases: list[dict], out_dir: str, seed:
               adam_steps: int = 5, timeout_s: float = 120.0) -> list[dict]:
     """Run ``cases`` on ``world`` SAR workers; per case: total loss, grads, weights, x_grad by
     original id (rows of nodes no worker owns stay zero), bytes sent summed over workers."""
-    import os
     spawn(case_worker, world, (part_json, cases, out_dir, seed, adam_steps), timeout_s)
     per_rank = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
     merged = []
