@@ -34,9 +34,14 @@ _LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "test_rmse", "test_rel
 class Strategy(abc.ABC):
     """What a training mode supplies; the Trainer calls these hooks in this order."""
 
-    name = "strategy"
     steps_per_epoch = 1  # progress-bar units per epoch (set in :meth:`setup` if data-dependent)
     sync_grads = True  # False when the model wrapper (DDP) sums gradients itself
+
+    @staticmethod
+    def prepare(cfg: Config) -> Any:
+        """Launcher side, before any process starts: check what only this mode needs (files,
+        model layers) or build it once (a dataset cache); a mode's launcher may use the result."""
+        return None
 
     def connect(self, trainer: "Trainer") -> None:
         """Join the mode's own runtime before the process group exists (default: nothing)."""

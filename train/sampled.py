@@ -33,7 +33,6 @@ from dsgraph.trainer import Strategy, Trainer
 class SampledStrategy(Strategy):
     """Sampled message passing on a partitioned graph served by DistGraph."""
 
-    name = "sampled"
     sync_grads = False  # DDP sums gradients during backward
 
     def __init__(self, cfg: Config) -> None:
