@@ -28,7 +28,6 @@ SPLITS = ("train", "val", "test")
 class SarStrategy(Strategy):
     """Full-batch sequential aggregation and rematerialization over the partitions."""
 
-
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
 
