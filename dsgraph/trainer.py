@@ -37,6 +37,9 @@ class Strategy(abc.ABC):
     steps_per_epoch = 1  # progress-bar units per epoch (set in :meth:`setup` if data-dependent)
     sync_grads = True  # False when the model wrapper (DDP) sums gradients itself
 
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
     @staticmethod
     def prepare(cfg: Config) -> Any:
         """Launcher side, before any process starts: check what only this mode needs (files,

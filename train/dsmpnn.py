@@ -23,9 +23,6 @@ from dsgraph.trainer import Strategy, Trainer
 class DsmpnnStrategy(Strategy):
     """Domain-decomposed message passing over sampled radius graphs of physical fields."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-
     @staticmethod
     def prepare(cfg: Config) -> None:
         """Launcher side: generate (or find) the dataset cache once, not in every worker."""

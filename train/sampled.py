@@ -35,9 +35,6 @@ class SampledStrategy(Strategy):
 
     sync_grads = False  # DDP sums gradients during backward
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-
     @staticmethod
     def prepare(cfg: Config) -> Path:
         """Launcher side: the partition files exist and the model arguments are accepted."""

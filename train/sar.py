@@ -28,9 +28,6 @@ SPLITS = ("train", "val", "test")
 class SarStrategy(Strategy):
     """Full-batch sequential aggregation and rematerialization over the partitions."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-
     @staticmethod
     def prepare(cfg: Config) -> Path:
         """Launcher side: partition files of the right part count, layers SAR can run."""
