@@ -2,11 +2,11 @@
 
 Each measurement runs in a fresh process (``python -m benchmarks.partition --measure SPEC``) that
 loads the cached synthetic graph, then partitions and writes DGL partition files:
-- ``dsgraph``: ``dsgraph.partition_io.partition_graph(method="metis")`` (same balance
+- ``dsgraph``: ``dsgraph.partition.partition_graph(method="metis")`` (same balance
   constraints as DGL's: training / other nodes and their degrees; parts capped at 1.05 x mean);
 - ``dgl``: ``dgl.distributed.partition_graph(part_method="metis", balance_ntypes=train_mask,
   balance_edges=True)``;
-- ``random``: ``dsgraph.partition_io.partition_graph(method="random")``.
+- ``random``: ``dsgraph.partition.partition_graph(method="random")``.
 Wall time covers partitioning and writing (not graph loading or library imports); peak RSS is the
 process's VmHWM (graph included; ``partition_mb`` = peak minus RSS after loading). The edge cut of every method is
 recomputed the same way from what it wrote (node ranges in the JSON + the new->original id map),
