@@ -40,6 +40,9 @@ class SarStrategy(Strategy):
         part_json = partition_json(self.cfg)
         self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
                               self.cfg.sar.prefetch)
+        # Build every graph structure (with its sparse formats) now: it is part of loading, not
+        # of the first epoch's forward pass.
+        self.w.plan.materialize(self.cfg.sar.mode)
         nd = self.w.part.ndata
         self.x = nd["feat"].to(trainer.dtype)
         self.label = nd["label"].long()
