@@ -17,13 +17,6 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def rank_and_world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) without a process group."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _reduce(values: Sequence[float], op: Any) -> list[float]:
     t = torch.tensor(list(values), dtype=torch.float64)
     if is_distributed():
@@ -50,10 +43,9 @@ def all_sum_(tensor: torch.Tensor) -> torch.Tensor:
 
 def gather_values(value: Any) -> list[Any]:
     """One picklable value from every rank, in rank order, on every rank."""
-    _, world = rank_and_world()
-    if world == 1:
+    if not is_distributed():
         return [value]
-    out: list[Any] = [None] * world
+    out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
     return out
 
