@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.harness import Report, median
+from dsgraph.config import load
+from dsgraph.data.cache import param_hash
 from dsgraph.fsutil import atomic_write_text
+from dsgraph.metrics import read_summary
 from dsgraph.procstats import reset_peak_rss
-from dsgraph.trainer import Hook
+from dsgraph.runs import prepare_run_dir
+from dsgraph.trainer import Hook, Trainer
+from train.__main__ import launch
+from train.dsmpnn import DsmpnnStrategy
 
 CACHE = "data"  # the project's dataset cache (git-ignored), shared with `python -m train`
 COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
@@ -76,10 +85,6 @@ QUICK = {
 def train_run(config: str, overrides: list[str], out: Path) -> dict:
     """Run one dsmpnn training job through the launcher (``train.__main__.launch``: one
     ``train.worker`` process per subdomain); return its metrics.json."""
-    from dsgraph.config import load
-    from dsgraph.runs import prepare_run_dir
-    from train.__main__ import launch
-
     cfg = load(config, overrides)
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
     return launch(cfg, run_dir, resume=False)
@@ -97,14 +102,6 @@ def local_run(config: str, overrides: list[str], out: Path) -> dict:
     """One worker in this process (no process start-up): the --quick path for the sweeps. The
     real trainer (:class:`dsgraph.trainer.Trainer` with the dsmpnn strategy, world 1) in run
     folder ``out``, with the configured thread count; returns its metrics.json."""
-    import torch
-
-    from dsgraph.config import load
-    from dsgraph.metrics import read_summary
-    from dsgraph.runs import prepare_run_dir
-    from dsgraph.trainer import Trainer
-    from train.dsmpnn import DsmpnnStrategy
-
     cfg = load(config, overrides)
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
     DsmpnnStrategy.prepare(cfg)  # the launcher-side step: the dataset cache
@@ -130,8 +127,6 @@ def _settings(spec: dict, sweep: str, nodes: int, edges: int, workers: int) -> l
 def _cpu_seconds() -> tuple[float, float]:
     """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for
     children): their difference over a run is what other processes used meanwhile."""
-    import resource
-
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     ticks = [int(v) for v in fields]
     busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # minus idle and iowait
@@ -141,7 +136,6 @@ def _cpu_seconds() -> tuple[float, float]:
 
 
 def _run_dir(spec: dict, out: Path, sweep: str, nodes: int, edges: int, workers: int) -> Path:
-    from dsgraph.data.cache import param_hash
 
     sets = _settings(spec, sweep, nodes, edges, workers)
     # Keyed by the settings only: a run two sweeps share (same s, n_e, radius, P) runs once.
@@ -222,8 +216,6 @@ def _capacity(spec: dict, out: Path, alone: dict) -> dict:
     """Two copies of the 1-worker base run (2 epochs) side by side: how much faster two cores
     get through independent work than one under the load of the moment, which bounds what any
     2-worker speed-up can reach. Compares the second epoch with the P=1 run's median epoch."""
-    from dsgraph.data.cache import param_hash
-
     s0, e0 = spec["base"]
     sets = _settings(spec, "workers", s0, e0, 1) + ["train.epochs=2"]
     key = param_hash({"config": spec["config"], "set": sets})

@@ -16,20 +16,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import dgl
+
 from benchmarks.harness import Report, median
 from dsgraph import config as config_mod
+from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.data import load_graph
+from dsgraph.metrics import read_records, read_summary, update_summary
+from dsgraph.partition import partition_graph
+from dsgraph.runs import prepare_run_dir
+from train.__main__ import WORKER, launch
+from train.sampled import SampledStrategy
 
 
 def _run(base: list[str], tmp: Path, name: str, sets: list[str], stock: bool = False) -> dict:
     """One fresh job in run folder ``tmp/name``: dsgraph's launcher (``train.__main__.launch``),
     or with ``stock`` the same ``train.worker`` trainers under DGL's unpatched single-host path
     (``run_dgl_job(..., stock=True)``)."""
-    from dsgraph.cluster.dgl_job import run_dgl_job
-    from dsgraph.metrics import read_records, read_summary, update_summary
-    from dsgraph.runs import prepare_run_dir
-    from train.__main__ import WORKER, launch
-    from train.sampled import SampledStrategy
-
     cfg = config_mod.load("configs/default.yaml", base + sets)
     run_dir = prepare_run_dir(cfg, str(tmp / name), resume=False, force=True)
     if stock:
@@ -52,8 +55,6 @@ def _run(base: list[str], tmp: Path, name: str, sets: list[str], stock: bool = F
 
 
 def _stock_partition(base: list[str], out: Path) -> None:
-    import dgl
-    from dsgraph.data import load_graph
 
     cfg = config_mod.load("configs/default.yaml", base)
     g = load_graph(cfg.dataset)
@@ -63,9 +64,6 @@ def _stock_partition(base: list[str], out: Path) -> None:
 
 def run(quick: bool) -> Path:
     """Run every configuration ``repeats`` times and write the report."""
-    from dsgraph.data import load_graph
-    from dsgraph.partition import partition_graph
-
     repeats = 1 if quick else 3
     epochs = 2 if quick else 8
     nodes = 10_000 if quick else 100_000

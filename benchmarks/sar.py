@@ -26,8 +26,8 @@ choices apply to every process alike, plain DGL included:
   (``_page_in_libraries``): otherwise the first epoch faults in ~7-11 MB of torch/DGL code
   pages, which RSS counts but which are not activations (``rss_file_growth_mb`` records what
   file-backed RSS still grew in training);
-- allocations >= 64 KiB are mmap-served from process start (``_fixed_mmap_threshold``), so
-  freed tensors leave RSS.
+- allocations >= 64 KiB are mmap-served from process start (``MMAP_ENV``), so freed tensors
+  leave RSS.
 Gradients of the first training step (summed over workers, as the trainer steps with them) are
 compared with single-process DGL from the same initial weights, computed in the benchmark
 process: float32 from the first of the 3 runs, float64 from one more 1-epoch run with
@@ -35,19 +35,34 @@ process: float32 from the first of the 3 runs, float64 from one more 1-epoch run
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import dgl
 import torch
+import torch.nn.functional as F
 
 from benchmarks.harness import Report, median
+from dsgraph import dist
+from dsgraph.checkpoint import seed_everything
+from dsgraph.config import DatasetConfig, load
+from dsgraph.data.synthetic import generate
+from dsgraph.fsutil import atomic_write_text
+from dsgraph.metrics import read_records
+from dsgraph.models.registry import build_model
+from dsgraph.partition import partition_graph
+from dsgraph.procstats import file_rss_mb, peak_rss_mb, reset_peak_rss, rss_mb
+from dsgraph.runs import prepare_run_dir
 from dsgraph.trainer import Hook, Trainer
+from train.__main__ import launch
 
 COLUMNS = ["graph", "mode", "model", "workers", "peak_act_mb", "act_ratio", "peak_rss_mb",
            "bytes_sent", "epoch_s", "max_grad_rel_err", "max_grad_rel_err_fp32", "final_val_acc"]
@@ -71,26 +86,13 @@ MODELS = {"sage": {"hidden": 128, "num_layers": 3, "aggregator": "mean"},
 
 # --- measurement set-up, identical in SAR workers and the plain DGL process ----------------------
 
-MMAP_THRESHOLD = 64 * 1024
-# glibc reads this at process start: the fixed threshold then holds from the first allocation.
-MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
-
-
-def _fixed_mmap_threshold() -> None:
-    """Serve every allocation >= 64 KiB by mmap, so freed tensors leave RSS at once.
-
-    glibc otherwise raises its mmap threshold after frees and keeps later large tensors on the
-    heap, where freed memory stays resident: RSS then reflects allocator history, not the live
-    peak. Applied identically to plain DGL and SAR processes: from process start through
-    :data:`MMAP_ENV` in their environment (set late, the heap that loading left behind, with
-    its free chunks, absorbs part of training's allocations: 1.7 MB of 11 at --quick size), and
-    again here (a no-op then; it fixes the threshold for a process started without it).
-    """
-    import ctypes
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
-    except OSError:
-        pass
+# Every allocation >= 64 KiB served by mmap, so freed tensors leave RSS at once: glibc otherwise
+# raises its threshold after frees and keeps later large tensors on the heap, where freed memory
+# stays resident (RSS then reflects allocator history, not the live peak). Set in the
+# environment of every measured process, plain DGL and SAR workers alike, because glibc reads it
+# at start: set later, the heap loading left behind absorbs part of training's allocations (1.7
+# MB of 11 at --quick size).
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
 
 
 _CUDA_ONLY = ("libtorch_cuda", "libc10_cuda", "libcaffe2_nvrtc", "libnccl", "libcu", "libnvJitLink",
@@ -106,7 +108,6 @@ def _page_in_libraries() -> None:
     >= 5.14) keeps them out of "peak RSS minus RSS after loading". CUDA libraries, which a
     CPU run never executes, are left alone (gigabytes).
     """
-    import ctypes
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:
@@ -124,10 +125,8 @@ def _page_in_libraries() -> None:
 
 
 def _loaded() -> float:
-    """End of loading: fix the mmap threshold, page in the libraries, reset the RSS high-water
-    mark to the current RSS; return the file-backed RSS now (MiB)."""
-    from dsgraph.procstats import file_rss_mb, reset_peak_rss
-    _fixed_mmap_threshold()
+    """End of loading: page in the libraries, reset the RSS high-water mark to the current RSS;
+    return the file-backed RSS now (MiB)."""
     _page_in_libraries()
     file_mb = file_rss_mb()
     reset_peak_rss()
@@ -155,8 +154,6 @@ class MeasureHook(Hook):
                        trainer.run_dir / GRADS_FILE)
 
     def on_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
-        from dsgraph import dist
-        from dsgraph.procstats import file_rss_mb, peak_rss_mb
         summary["bench_workers"] = dist.gather_values(
             {"rss_loaded_mb": trainer.loaded_rss_mb,
              "act_mb": peak_rss_mb() - trainer.loaded_rss_mb,
@@ -177,7 +174,6 @@ def measure_grads() -> Hook:
 
 def _loss(model, graph, x, label, train, n_train):
     """The SAR strategy's loss: cross-entropy summed over labelled nodes / their global count."""
-    import torch.nn.functional as F
     out = model(graph, x)
     return F.cross_entropy(out[train], label[train], reduction="sum") / n_train, out
 
@@ -185,18 +181,13 @@ def _loss(model, graph, x, label, train, n_train):
 def _build(model: str, in_feats: int, num_classes: int, dtype: str):
     """The model as the trainer builds it (after seeding, which the caller does): built, then
     cast to ``dtype``."""
-    from dsgraph.models.registry import build_model
     return build_model(model, in_feats, num_classes, MODELS[model]).to(getattr(torch, dtype))
 
 
 def dgl_baseline(spec_file: str) -> None:
     """The plain single-process DGL run (``mode: dgl``): load the whole graph, train, write
     ``result.json`` (and ``first_grads.pt`` with ``spec['grads']``) into ``spec['out']``."""
-    import dgl
 
-    from dsgraph.checkpoint import seed_everything
-    from dsgraph.fsutil import atomic_write_text
-    from dsgraph.procstats import file_rss_mb, peak_rss_mb, rss_mb
 
     spec = json.loads(Path(spec_file).read_text())
     out = Path(spec["out"])
@@ -260,11 +251,6 @@ def _run_dgl(spec: dict, dtype: str, epochs: int, grads: bool, out: Path) -> dic
 
 def _run_sar(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path) -> dict:
     """One real SAR job (``train.__main__.launch``: N fresh ``train.worker`` processes)."""
-    from dsgraph.config import load
-    from dsgraph.metrics import read_records
-    from dsgraph.runs import prepare_run_dir
-    from train.__main__ import launch
-
     cfg = load(None, ["train.mode=sar", f"partition.out_dir={spec['parts'][n].parent}",
                       f"partition.graph_name={spec['parts'][n].stem}", f"partition.num_parts={n}",
                       f"model.name={spec['model']}",
@@ -306,11 +292,7 @@ def _run(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path) ->
 
 def _prepare(name: str, params: dict) -> tuple[Path, dict[int, Path]]:
     """Generate (cached) the graph file and its partitions for 1, 2 and 4 parts."""
-    import dgl
 
-    from dsgraph.config import DatasetConfig
-    from dsgraph.data.synthetic import generate
-    from dsgraph.partition import partition_graph
 
     cfg = DatasetConfig(num_classes=20, feat_dim=64, seed=0, **params)
     tag = f"{name}-{cfg.num_nodes}-{cfg.avg_degree:g}-{cfg.homophily:g}"
@@ -334,9 +316,6 @@ def _prepare(name: str, params: dict) -> tuple[Path, dict[int, Path]]:
 
 def _reference_grads(gfile: Path, model: str) -> dict[str, dict]:
     """First-step gradients of single-process DGL on the whole graph, in this process."""
-    import dgl
-
-    from dsgraph.checkpoint import seed_everything
     g = dgl.load_graphs(str(gfile))[0][0]
     tr, label = g.ndata["train_mask"].bool(), g.ndata["label"].long()
     out = {}
@@ -373,7 +352,6 @@ def _measure(spec: dict, n: int, tmp: Path, repeats: int) -> tuple[list[dict], d
 
 def run(quick: bool) -> Path:
     """Run every configuration (see module docstring) and write the report."""
-    import tempfile
     report = Report("sar", quick, COLUMNS, repeats=REPEATS,
                     title="SAR full-batch training: memory per worker, traffic, exactness")
     configs = [("dgl", 1)] + ([("sar", 2), ("one_shot", 2)] if quick else

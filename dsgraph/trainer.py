@@ -183,9 +183,7 @@ class Trainer:
             record["epoch_s"] = dist.all_max([time.perf_counter() - t0])[0]
             if self._eval_due(epoch):
                 t1 = time.perf_counter()
-                forward.eval()
-                with torch.no_grad():
-                    last_eval = strategy.evaluate(self, epoch)
+                last_eval = self._evaluate(forward, epoch)
                 record.update(last_eval, eval_s=dist.all_max([time.perf_counter() - t1])[0])
             rss = dist.gather_values(peak_rss_mb())
             record.update(peak_rss_mb=max(rss), peak_rss_mb_per_worker=rss)
@@ -200,9 +198,7 @@ class Trainer:
         if self._bar is not None:
             self._bar.close()
         if start > cfg.train.epochs:  # resumed a finished run: report its metrics again
-            forward.eval()
-            with torch.no_grad():
-                last_eval = strategy.evaluate(self, cfg.train.epochs)
+            last_eval = self._evaluate(forward, cfg.train.epochs)
         summary = self._summary(log, last_eval, t_start)
         for hook in self.hooks:
             hook.on_end(self, summary)
@@ -212,6 +208,12 @@ class Trainer:
         strategy.close(self)
         return summary
 
+    def _evaluate(self, forward: nn.Module, epoch: int) -> dict[str, Any]:
+        """The strategy's evaluation, in eval mode and without autograd."""
+        forward.eval()
+        with torch.no_grad():
+            return self.strategy.evaluate(self, epoch)
+
     def _eval_due(self, epoch: int) -> bool:
         every = self.cfg.train.eval_every
         return epoch == self.cfg.train.epochs or (every > 0 and epoch % every == 0)
@@ -219,8 +221,9 @@ class Trainer:
     def _summary(self, log: Optional[MetricsLog], last_eval: dict[str, Any],
                  t_start: float) -> dict[str, Any]:
         """metrics.json: the same keys in every mode where meanings coincide, then the mode's."""
-        peaks = dist.gather_values(peak_rss_mb())
-        grown = dist.gather_values(peak_rss_mb() - self.loaded_rss_mb)
+        memory = dist.gather_values((peak_rss_mb(), self.loaded_rss_mb))  # per rank
+        peaks = [peak for peak, _ in memory]
+        grown = [peak - loaded for peak, loaded in memory]
         records = log.records() if log is not None else []
         summary = {"mode": self.cfg.train.mode, "epochs": self.cfg.train.epochs,
                    **last_eval,

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-
-import psutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from dsgraph.cluster.ports import free_port_range
 from dsgraph.config import ClusterConfig
