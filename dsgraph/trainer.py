@@ -19,9 +19,10 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dsgraph import checkpoint, dist
+from dsgraph import checkpoint, dist, runs
 from dsgraph.cluster.worker import init_process_group
 from dsgraph.config import Config
+from dsgraph.errors import UserError
 from dsgraph.metrics import MetricsLog, format_value
 from dsgraph.models.registry import build_model
 from dsgraph.procstats import peak_rss_mb, rss_mb
@@ -35,6 +36,9 @@ class Strategy(abc.ABC):
     """What a training mode supplies; the Trainer calls these hooks in this order."""
 
     steps_per_epoch = 1  # progress-bar units per epoch (set in :meth:`setup` if data-dependent)
+    # Evaluation key that picks the run's best model (higher is better); modes without
+    # a validation metric keep only the last model.
+    selection_metric: Optional[str] = "val_acc"
     sync_grads = True  # False when the model wrapper (DDP) sums gradients itself
 
     def __init__(self, cfg: Config) -> None:
@@ -68,6 +72,15 @@ class Strategy(abc.ABC):
     def summary(self, trainer: "Trainer", records: list[dict[str, Any]]) -> dict[str, Any]:
         """Mode-specific keys of metrics.json (default: none)."""
         return {}
+
+    def predict(self, trainer: "Trainer", embeddings: bool) -> Optional[dict[str, Any]]:
+        """Outputs of the loaded model over the whole data, for ``python -m predict``.
+
+        Every rank takes part; rank 0 returns arrays of equal length (graph modes: ``node_id``
+        (original id), ``pred``, ``prob`` and, with ``embeddings``, ``embedding``), other ranks
+        None.
+        """
+        raise UserError(f"train.mode: {self.cfg.train.mode!r} runs cannot export predictions")
 
     def close(self, trainer: "Trainer") -> None:
         """Leave the mode's runtime once training is done (default: nothing)."""
@@ -155,11 +168,8 @@ class Trainer:
         """Train ``train.epochs`` epochs (from the checkpoint when resuming); return the summary."""
         t_start = time.perf_counter()
         cfg, strategy = self.cfg, self.strategy
-        strategy.connect(self)
-        self.rank, self.world = init_process_group(cfg.train.collective_timeout_s)
-        checkpoint.seed_everything(cfg.train.seed)  # the same initial model everywhere
-        self.model = strategy.setup(self)
-        dist.broadcast_module(self.model)
+        self.open()
+        assert self.model is not None
         forward = strategy.forward_module(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
@@ -191,8 +201,10 @@ class Trainer:
                 hook.on_epoch(self, record)
             rng = dist.gather_values(checkpoint.rng_state())
             if log is not None:
+                best = self._is_best(log.records(), record)
                 log.epoch(record)
-                checkpoint.save(self.run_dir, epoch, self.model, self.optimizer, rng)
+                checkpoint.save(self.run_dir, epoch, self.model, self.optimizer, rng,
+                                self._fingerprint(), best=best)
                 self._print(f"epoch {epoch}: " + ", ".join(
                     f"{k} {format_value(record[k])}" for k in _LINE_KEYS if k in record))
         if self._bar is not None:
@@ -204,9 +216,37 @@ class Trainer:
             hook.on_end(self, summary)
         if log is not None:
             log.summary(summary)
-        dist.barrier()
-        strategy.close(self)
+        self.finish()
         return summary
+
+    def open(self) -> nn.Module:
+        """Join the job's runtime and process group, seed, load this rank's data and build the
+        model, identical on every rank (the start of :meth:`run`; ``python -m predict`` calls
+        it, loads weights and asks the strategy for predictions)."""
+        self.strategy.connect(self)
+        self.rank, self.world = init_process_group(self.cfg.train.collective_timeout_s)
+        checkpoint.seed_everything(self.cfg.train.seed)  # the same initial model everywhere
+        self.model = self.strategy.setup(self)
+        dist.broadcast_module(self.model)
+        return self.model
+
+    def finish(self) -> None:
+        """Wait for every rank, then leave the mode's runtime."""
+        dist.barrier()
+        self.strategy.close(self)
+
+    def _is_best(self, earlier: list[dict[str, Any]], record: dict[str, Any]) -> bool:
+        """Whether ``record`` beats every earlier epoch on the selection metric."""
+        key = self.strategy.selection_metric
+        if key is None or record.get(key) is None:
+            return False
+        return all(r.get(key) is None or record[key] > r[key] for r in earlier)
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What the checkpoint's weights belong to: what the launcher recorded in the run
+        folder (with the partitions' fingerprint), else the config alone."""
+        return runs.read_marker(self.run_dir).get("fingerprint") or \
+            checkpoint.run_fingerprint(self.cfg)
 
     def _evaluate(self, forward: nn.Module, epoch: int) -> dict[str, Any]:
         """The strategy's evaluation, in eval mode and without autograd."""
@@ -226,7 +266,7 @@ class Trainer:
         grown = [peak - loaded for peak, loaded in memory]
         records = log.records() if log is not None else []
         summary = {"mode": self.cfg.train.mode, "epochs": self.cfg.train.epochs,
-                   **last_eval,
+                   **last_eval, **self._best_eval(records, last_eval),
                    "final_loss": records[-1].get("loss") if records else None,
                    "train_s": sum(r.get("epoch_s", 0.0) for r in records),
                    "wall_s": time.perf_counter() - t_start,
@@ -234,6 +274,18 @@ class Trainer:
                    "train_mem_mb": max(grown), "num_workers": self.world}
         summary.update(self.strategy.summary(self, records))
         return summary
+
+    def _best_eval(self, records: list[dict[str, Any]],
+                   last_eval: dict[str, Any]) -> dict[str, Any]:
+        """The evaluation figures of the best epoch (the model ``best.pt`` keeps), its number,
+        and the last epoch's figures as ``last_*``; empty without a selection metric."""
+        key = self.strategy.selection_metric
+        scored = [r for r in records if key is not None and r.get(key) is not None]
+        if not scored:
+            return {}
+        best = max(scored, key=lambda r: r[key])  # the first of equal scores
+        return {**{k: best[k] for k in last_eval if k in best}, "best_epoch": best["epoch"],
+                **{f"last_{k}": v for k, v in last_eval.items()}}
 
     def _open_bar(self, start: int) -> None:
         if self.rank != 0:

@@ -27,8 +27,9 @@ def resolve(name: str) -> type:
     mod_name, attr = target.split(":", 1)
     try:
         module = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ConfigError(f"model.name: cannot import module {mod_name!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+        raise ConfigError(f"model.name: importing module {mod_name!r} failed: "
+                          f"{_one_line(exc)}") from None
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"model.name: {target!r} is not a torch.nn.Module class")
@@ -40,5 +41,13 @@ def build_model(name: str, in_feats: int, num_classes: int, args: dict[str, Any]
     cls = resolve(name)
     try:
         return cls(in_feats=in_feats, num_classes=num_classes, **args)
-    except TypeError as exc:
-        raise ConfigError(f"model.args: {cls.__name__} rejected the arguments {args!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
+        raise ConfigError(f"model.args: {cls.__name__}(in_feats={in_feats}, "
+                          f"num_classes={num_classes}, **{args!r}) raised "
+                          f"{_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of a user's exception."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

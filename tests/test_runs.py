@@ -1,0 +1,209 @@
+"""Run folders, checkpoints and model selection: no data loss, no code from files, best model kept."""
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from dsgraph import checkpoint, config as cfgmod, runs
+from dsgraph.errors import ConfigError, UserError
+from dsgraph.metrics import read_records, read_summary
+from dsgraph.models.registry import build_model, resolve
+from dsgraph.trainer import Strategy, Trainer
+
+
+def _cfg(tmp_path: Path, **train: Any) -> cfgmod.Config:
+    sets = [f"train.out_dir={tmp_path / 'run'}", *(f"train.{k}={v}" for k, v in train.items())]
+    return cfgmod.load(None, sets)
+
+
+# --- run folders ----------------------------------------------------------------------------
+
+def test_new_run_writes_config_and_marker(tmp_path):
+    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    assert (run / "config.yaml").is_file() and (run / "logs").is_dir()
+    assert runs.read_marker(run)["fingerprint"]["model.name"] == repr("sage")
+
+
+def test_force_never_replaces_a_users_folder(tmp_path):
+    user = tmp_path / "run"
+    user.mkdir()
+    (user / "thesis.tex").write_text("years of work")
+    for force in (False, True):
+        with pytest.raises(UserError, match=r"holds 'thesis.tex', which dsgraph did not write"):
+            runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=force)
+    assert (user / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in user.iterdir()) == ["thesis.tex"]
+
+
+def test_force_keeps_a_run_folder_with_a_users_file_in_it(tmp_path):
+    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="notes.txt"):
+        runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=True)
+    assert (run / "notes.txt").exists()
+
+
+def test_force_replaces_a_run_folder_and_plain_reuse_is_refused(tmp_path):
+    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    with pytest.raises(UserError, match="--resume to continue it or --force"):
+        runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=True)
+    assert not (run / "metrics.jsonl").exists() and (run / runs.MARKER).exists()
+
+
+def test_out_naming_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="is not a folder"):
+        runs.prepare_run_dir(_cfg(tmp_path), str(tmp_path / "afile"), resume=False, force=True)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+def _save(run: Path, model: nn.Module, epoch: int = 1, meta: dict | None = None,
+          best: bool = False) -> None:
+    opt = torch.optim.Adam(model.parameters())
+    checkpoint.save(run, epoch, model, opt, [checkpoint.rng_state()], meta or {}, best=best)
+
+
+def test_resume_refuses_other_settings_before_touching_anything(tmp_path):
+    cfg = _cfg(tmp_path)
+    run = runs.prepare_run_dir(cfg, None, resume=False)
+    _save(run, nn.Linear(2, 2), meta=checkpoint.run_fingerprint(cfg))
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    other = cfgmod.load(None, [f"train.out_dir={run}", "model.args.hidden=7"])
+    with pytest.raises(UserError, match=r"trained with model.args.hidden=.*the config says"):
+        runs.prepare_run_dir(other, None, resume=True)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    # what may change on resume (more epochs, a new learning rate) is accepted
+    longer = cfgmod.load(None, [f"train.out_dir={run}", "train.epochs=9", "train.lr=0.5"])
+    runs.prepare_run_dir(longer, None, resume=True)
+
+
+def test_resume_removes_temp_files_of_interrupted_writes(tmp_path):
+    cfg = _cfg(tmp_path)
+    run = runs.prepare_run_dir(cfg, None, resume=False)
+    _save(run, nn.Linear(2, 2), meta=checkpoint.run_fingerprint(cfg))
+    stale = [run / ".checkpoint.pt.a1b2.tmp", run / "logs" / ".rank0.log.x.tmp"]
+    for p in stale:
+        p.write_bytes(b"half a checkpoint")
+    runs.prepare_run_dir(cfg, None, resume=True)
+    assert not any(p.exists() for p in stale) and (run / checkpoint.CHECKPOINT).exists()
+
+
+class _Payload:
+    """Unpickling this runs code: the attack ``weights_only`` must refuse."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.write_text, (self.target, "pwned"))
+
+
+def test_crafted_checkpoint_runs_no_code(tmp_path):
+    target = tmp_path / "pwned"
+    (tmp_path / checkpoint.CHECKPOINT).write_bytes(pickle.dumps(
+        {"epoch": 1, "model": _Payload(target)}))
+    with pytest.raises(UserError, match=r"checkpoint.pt: not a readable dsgraph checkpoint"):
+        checkpoint.load(tmp_path)
+    assert not target.exists()
+
+
+def test_truncated_checkpoint_is_one_line(tmp_path):
+    _save(tmp_path, nn.Linear(4, 3))
+    path = tmp_path / checkpoint.CHECKPOINT
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(UserError) as exc:
+        checkpoint.load(tmp_path)
+    assert "\n" not in str(exc.value) and "checkpoint.pt" in str(exc.value)
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    import random
+
+    import numpy as np
+
+    _save(tmp_path, nn.Linear(2, 2))
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    checkpoint.set_rng_state(checkpoint.load(tmp_path)["rng"][0])
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
+
+
+def test_load_weights_prefers_best_and_rejects_a_foreign_model(tmp_path):
+    model = nn.Linear(3, 2)
+    _save(tmp_path, model, epoch=2, best=True)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    _save(tmp_path, model, epoch=5)
+    fresh = nn.Linear(3, 2)
+    assert checkpoint.load_weights(tmp_path, fresh) == 2
+    assert checkpoint.load_weights(tmp_path, fresh, which="last") == 5
+    assert torch.equal(fresh.weight, model.weight)
+    with pytest.raises(UserError, match="does not fit the configured model"):
+        checkpoint.load_weights(tmp_path, nn.Linear(5, 2))
+
+
+# --- best-validation model selection through the real Trainer --------------------------------
+
+class _ScriptedStrategy(Strategy):
+    """A one-process mode whose validation accuracy follows a script: selection is under test."""
+
+    VAL = (0.50, 0.70, 0.60, 0.70)
+
+    def setup(self, trainer: Trainer) -> nn.Module:
+        self.x, self.y = torch.randn(16, 3), torch.randn(16, 1)
+        return trainer.build_model(3, 1)
+
+    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        loss = nn.functional.mse_loss(trainer.model(None, self.x), self.y)
+        trainer.step(loss)
+        return {"loss": float(loss)}
+
+    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        return {"val_acc": self.VAL[epoch - 1], "test_acc": epoch / 10}
+
+
+def test_trainer_keeps_the_best_validation_model(tmp_path):
+    cfg = cfgmod.load(None, [f"train.out_dir={tmp_path / 'run'}", "train.epochs=4",
+                             "model.name=mlp", "model.args.hidden=4"])
+    run = runs.prepare_run_dir(cfg, None, resume=False)
+    Trainer(cfg, run, _ScriptedStrategy(cfg)).run()
+    summary = read_summary(run)
+    # the first epoch reaching the best score wins; test figures come from that epoch
+    assert summary["best_epoch"] == 2 and summary["val_acc"] == 0.70
+    assert summary["test_acc"] == pytest.approx(0.2)
+    assert summary["last_test_acc"] == pytest.approx(0.4) and summary["last_val_acc"] == 0.70
+    assert checkpoint.load(run, "best")["epoch"] == 2
+    assert checkpoint.load(run, "last")["epoch"] == 4
+    assert checkpoint.load(run, "best")["meta"] == runs.read_marker(run)["fingerprint"]
+    assert [r["epoch"] for r in read_records(run)] == [1, 2, 3, 4]
+
+
+# --- user models ----------------------------------------------------------------------------
+
+def test_user_model_faults_are_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_mod.py").write_text("raise RuntimeError('missing CUDA toolkit')\n")
+    (tmp_path / "picky_mod.py").write_text(
+        "from torch import nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, in_feats, num_classes, hidden=8):\n"
+        "        super().__init__()\n"
+        "        if hidden > 4:\n"
+        "            raise ValueError(f'hidden must be <= 4\\nsecond line')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"importing module 'broken_mod' failed: "
+                                          r"RuntimeError: missing CUDA toolkit"):
+        resolve("broken_mod:Net")
+    with pytest.raises(ConfigError) as exc:
+        build_model("picky_mod:Net", 3, 2, {"hidden": 8})
+    assert str(exc.value) == ("model.args: Net(in_feats=3, num_classes=2, **{'hidden': 8}) "
+                              "raised ValueError: hidden must be <= 4")
+    assert json.dumps(str(exc.value))  # one plain line
