@@ -14,22 +14,27 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import dgl
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness import Report, median
+from benchmarks.harness import Report, View, bars, median, render_saved
 from dsgraph.compress import CompressionConfig, compressed, native
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.models.registry import build_model
 from dsgraph.procstats import peak_rss_mb, reset_peak_rss, rss_mb
 
-COLUMNS = ["model", "mode", "bits", "block_size", "levels", "projection", "saved_bytes",
+COLUMNS = ("model", "mode", "setting", "bits", "block_size", "levels", "projection", "saved_bytes",
            "ratio_vs_fp32", "ratio_vs_rowwise", "epoch_s", "time_overhead_vs_fp32", "peak_step_mb",
-           "test_acc"]
+           "test_acc")
+# Every setting that tells two records apart: plain and projected records share bits, G and
+# levels, so a figure keyed without ``projection`` draws one over the other.
+KEY = ("model", "mode", "bits", "block_size", "levels", "projection")
+TITLE = "Activation compression (saved-tensor hooks): fp32 vs row-wise vs block INT2"
 RP = 0.125  # EXACT's kept fraction D/R = 8
 MODELS = {"sage": {"hidden": 256}, "gcn": {"hidden": 256}, "gat": {"hidden": 64, "heads": 4}}
 # Accuracy: a 20k-node graph, epochs per model to reach the plateau (measured: GCN and GAT
@@ -218,8 +223,7 @@ def run(quick: bool) -> Any:
         acc_data = DatasetConfig(num_nodes=ACC_NODES)
         blocks, optimal, acc_epochs, pairs = [64, 128, 256, 512, 1024], [256], ACC_EPOCHS, 1
         models, batch, fanouts, max_batches = MODELS, 2048, [5, 5, 5], 3
-    report = Report("compression", quick, COLUMNS, repeats=pairs,
-                    title="Activation compression (saved-tensor hooks): fp32 vs row-wise vs block INT2")
+    report = Report(VIEW, quick, repeats=pairs)
     t_start = time.perf_counter()
     g = generate(data)
     acc_g = generate(acc_data)
@@ -286,11 +290,15 @@ def run(quick: bool) -> Any:
             # Save as we go so an interrupted full run still leaves its finished part on disk.
             report.extra["wall_s"] = time.perf_counter() - t_start
             report.extra["complete"] = False
-            report.save()
+            report.save(partial=True)
     report.extra["wall_s"] = time.perf_counter() - t_start
     report.extra["complete"] = True
-    _notes(report)
-    return report.save(plot=_plot)
+    return report.save()
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw compression.md and compression.png from the saved compression.json."""
+    return render_saved(VIEW, quick)
 
 
 def _bits_per_value(width: int, group: int, kept: float = 1.0) -> float:
@@ -298,9 +306,9 @@ def _bits_per_value(width: int, group: int, kept: float = 1.0) -> float:
     return kept * (2 + 32 / group) if width else float("nan")
 
 
-def _notes(report: Report) -> None:
+def _notes(payload: dict) -> list[str]:
     """Targets (G=256 block INT2 vs fp32 / row-wise / accuracy / time), profile and caveats."""
-    recs = report.records
+    recs, notes = payload["records"], []
 
     def fp_of(r: dict) -> dict:
         return next(x for x in recs if x["model"] == r["model"] and x["mode"] == r["mode"] and x["bits"] == 32)
@@ -319,7 +327,7 @@ def _notes(report: Report) -> None:
                      f"({'ok' if r['ratio_vs_rowwise'] <= 0.85 else 'MISSED'} <= 0.85); {acc}; "
                      f"epoch overhead {100 * r['time_overhead_vs_fp32']:+.0f}% "
                      f"({'ok' if r['time_overhead_vs_fp32'] <= 0.25 else 'MISSED'} <= 25%)")
-    report.note("\n".join(lines))
+    notes.append("\n".join(lines))
     rp = ["**With EXACT's random projection** (kept fraction 1/8, applied only to inputs of linear "
           "maps; block G=256 + projection vs row-wise + projection, the setting of i-EXACT's "
           "\">15% less memory than EXACT\" claim):", ""]
@@ -336,8 +344,8 @@ def _notes(report: Report) -> None:
                   f"are lossless 1-bit ReLU/leaky-ReLU/dropout masks and exact per-node scalars, "
                   f"the same in both); "
                   f"epoch overhead {100 * r['time_overhead_vs_fp32']:+.0f}%{acc}")
-    report.note("\n".join(rp))
-    report.note(
+    notes.append("\n".join(rp))
+    notes.append(
         "**Why block vs row-wise is ~0.99 without projection (arithmetic bound).** Row-wise INT2 "
         "stores two 16-bit statistics per row of D values: 2 + 32/D bits per value; flat blocks of "
         "G = 256 store 2 + 32/256 = 2.125. The ratio is (2 + 32/G) / (2 + 32/D): "
@@ -357,57 +365,93 @@ def _notes(report: Report) -> None:
             fp = fp_of(r)
             prof.append(f"- {r['model']}/{r['mode']}: pack {r['pack_s_per_epoch']:.3f} s + unpack "
                         f"{r['unpack_s_per_epoch']:.3f} s; epoch {r['epoch_s']:.2f} s vs fp32 {fp['epoch_s']:.2f} s")
-    for key, p in report.extra.get("profile_c_vs_torch", {}).items():
+    for key, p in payload.get("profile_c_vs_torch", {}).items():
         c, t = p["c_kernels"], p["pure_torch"]
         prof.append(f"- {key}, C kernels vs pure torch (same run): pack {c['pack_s']:.3f} vs "
                     f"{t['pack_s']:.3f} s, unpack {c['unpack_s']:.3f} vs {t['unpack_s']:.3f} s, "
                     f"epoch {c['epoch_s']:.2f} vs {t['epoch_s']:.2f} s")
-    report.note("\n".join(prof))
-    report.note("`ratio_vs_fp32` = fp32 saved bytes / saved bytes (x-fold reduction); "
-                "`ratio_vs_rowwise` = saved bytes / row-wise INT2 saved bytes at the same "
-                "`projection` (lower is better); `bits` 32 = fp32 baseline (same hooks, "
-                "measure-only). Sampled rows give the mean saved bytes per step. `peak_step_mb` = "
-                "peak RSS growth during the largest step (Linux clear_refs/VmHWM), including "
-                "gradients and temporaries. `time_overhead_vs_fp32` = median over interleaved "
-                "(fp32, setting) epoch pairs of the time ratio, minus 1 (`timing_pairs` pairs; "
-                "`epoch_s` is the median setting epoch, for fp32 the median of all its interleaved "
-                "epochs); sampled epochs are `sampled_batches_per_epoch` batches including "
-                "sampling. Timings run one thread (as dsgraph's workers do; `threads` in the json), "
-                "and while compressing, ReLU and dropout run as fused ops saving 1-bit masks "
-                "(dsgraph/compress/masked_ops.py) where the fp32 baseline runs torch's own. "
-                "`test_acc` is full-graph training of the settings in `ACC_SETTINGS` for "
-                "`acc_epochs` epochs on a graph of `acc_graph_nodes` nodes from the same generator "
-                "(to the plateau; the 100k-node graph would need hours), averaged over the last 5 "
-                "epochs; other rows are null. Optimal (non-uniform) levels store exactly the bytes of uniform ones at the "
-                "same G, so only G=256 is swept. `quantized_bytes` (json) = bytes of the INT-b "
-                "packs alone, `quantized_ratio_vs_rowwise` its ratio to row-wise. `peak_step_mb` is "
-                "only indicative: RSS growth misses memory the allocator kept from earlier steps "
-                "(hence values near 0 and repeated values).")
+    notes.append("\n".join(prof))
+    notes.append(
+        "`ratio_vs_fp32` = fp32 saved bytes / saved bytes (x-fold reduction); "
+        "`ratio_vs_rowwise` = saved bytes / row-wise INT2 saved bytes at the same "
+        "`projection` (lower is better); `bits` 32 = fp32 baseline (same hooks, "
+        "measure-only). Sampled rows give the mean saved bytes per step. `peak_step_mb` = "
+        "peak RSS growth during the largest step (Linux clear_refs/VmHWM), including "
+        "gradients and temporaries. `time_overhead_vs_fp32` = median over interleaved "
+        "(fp32, setting) epoch pairs of the time ratio, minus 1 (`timing_pairs` pairs; "
+        "`epoch_s` is the median setting epoch, for fp32 the median of all its interleaved "
+        "epochs); sampled epochs are `sampled_batches_per_epoch` batches including "
+        "sampling. Timings run one thread (as dsgraph's workers do; `threads` in the json),"
+        " and while compressing, ReLU and dropout run as fused ops saving 1-bit masks "
+        "(dsgraph/compress/masked_ops.py) where the fp32 baseline runs torch's own. "
+        "`test_acc` is full-graph training of the settings in `ACC_SETTINGS` for "
+        "`acc_epochs` epochs on a graph of `acc_graph_nodes` nodes from the same generator "
+        "(to the plateau; the 100k-node graph would need hours), averaged over the last 5 "
+        "epochs; other rows are null. Optimal (non-uniform) levels store exactly the bytes "
+        "of uniform ones at the same G, so only G=256 is swept. `quantized_bytes` (json) = "
+        "bytes of the INT-b packs alone, `quantized_ratio_vs_rowwise` its ratio to "
+        "row-wise. `peak_step_mb` is only indicative: RSS growth misses memory the "
+        "allocator kept from earlier steps (hence values near 0 and repeated values). "
+        "`setting` (table and figure) names the record by every field that sets it apart: "
+        "fp32, row (row-wise INT2), G<n> (flat blocks of n values), opt (variance-optimal "
+        "levels), +RP/8 (random projection keeping 1/8 of the columns).")
+    return notes
 
 
-def _plot(records: list[dict], fig) -> None:
-    """Bytes reduction vs fp32 and epoch-time overhead per setting (full-graph mode)."""
-    ax1, ax2 = fig.subplots(1, 2)
-    labels = []
-    for r in records:
-        lab = "fp32" if r["bits"] == 32 else ("row" if r["block_size"] == 0 else
-                                             f"G{r['block_size']}{'o' if r['levels'] == 'optimal' else ''}")
-        if lab not in labels:
-            labels.append(lab)
-    width = 0.8 / 6
-    for i, (model, mode) in enumerate([(m, md) for m in ("sage", "gcn", "gat") for md in ("full", "sampled")]):
-        rs = {("fp32" if r["bits"] == 32 else ("row" if r["block_size"] == 0 else
-               f"G{r['block_size']}{'o' if r['levels'] == 'optimal' else ''}")): r
-              for r in records if r["model"] == model and r["mode"] == mode}
-        if not rs:
-            continue
-        xs = [j + i * width for j in range(len(labels))]
-        ax1.bar(xs, [rs[lab]["ratio_vs_fp32"] if lab in rs else 0 for lab in labels], width, label=f"{model}/{mode}")
-        ax2.bar(xs, [100 * rs[lab]["time_overhead_vs_fp32"] if lab in rs else 0 for lab in labels], width)
-    for ax, title in ((ax1, "saved bytes: x fewer than fp32"), (ax2, "epoch time overhead vs fp32 (%)")):
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=45)
-        ax.set_title(title)
-    ax1.axhline(12, color="k", lw=0.5, ls="--")
-    ax2.axhline(25, color="k", lw=0.5, ls="--")
-    ax1.legend(fontsize=7)
+def setting_label(r: dict) -> str:
+    """A record's setting in words, from every field of ``KEY`` after model and mode."""
+    if r["bits"] == 32:
+        return "fp32"
+    label = "row" if r["block_size"] == 0 else f"G{r['block_size']}"
+    if r["bits"] != 2:
+        label += f" INT{r['bits']}"
+    if r["levels"] not in (None, "uniform"):
+        label += " opt" if r["levels"] == "optimal" else f" {r['levels']}"
+    if r["projection"] not in (None, 1.0):
+        label += f"+RP/{1 / r['projection']:g}"
+    return label
+
+
+def table_rows(records: list[dict]) -> list[dict]:
+    """The table rows (and what the figure draws): each record with its ``setting`` label."""
+    return [{**r, "setting": setting_label(r)} for r in records]
+
+
+def _plot(rows: list[dict], fig) -> None:
+    """Saved-bytes reduction and epoch-time overhead vs fp32, one bar per row: x = setting,
+    colour = model (dark: full graph, light: sampled)."""
+    from matplotlib import colormaps
+    from matplotlib.ticker import PercentFormatter
+
+    labels = list(dict.fromkeys(r["setting"] for r in rows))
+    groups = list(dict.fromkeys((r["model"], r["mode"]) for r in rows))
+    models = list(dict.fromkeys(m for m, _ in groups))
+    width = 0.8 / max(len(groups), 1)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    for i, (model, mode) in enumerate(groups):
+        rs = [r for r in rows if (r["model"], r["mode"]) == (model, mode)]
+        xs = [labels.index(r["setting"]) + (i - (len(groups) - 1) / 2) * width for r in rs]
+        colour = colormaps["tab20"](2 * models.index(model) + (mode != "full"))
+        for ax, column in ((ax1, "ratio_vs_fp32"), (ax2, "time_overhead_vs_fp32")):
+            bars(ax, xs, rs, column, KEY, width=width, color=colour, label=f"{model} / {mode}")
+    ax1.axhline(12, color="k", lw=0.6, ls="--", label="target 12x (G=256)")
+    limit = ax2.axhline(0.25, color="k", lw=0.6, ls="--", label="limit +25% (G=256)")
+    ax2.axhline(0, color="k", lw=0.4)
+    ax1.set_ylabel("fp32 saved bytes / saved bytes (x)")
+    ax1.set_title("saved activation bytes: x-fold reduction vs fp32 (higher is better)")
+    ax2.set_ylabel("epoch time vs fp32")
+    ax2.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+    ax2.set_title("epoch time overhead vs fp32 (median of interleaved pairs; lower is better)")
+    ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    ax2.set_xlabel("setting (row = row-wise INT2, G<n> = blocks of n, opt = optimal levels, "
+                   "+RP/8 = random projection)")
+    ax1.legend(fontsize=7, ncol=2, loc="upper left")
+    ax2.legend(handles=[limit], fontsize=7, loc="upper left")
+    for ax in (ax1, ax2):
+        ax.grid(axis="y", lw=0.3)
+
+
+VIEW = View("compression", TITLE, COLUMNS, KEY, rows=table_rows, plot=_plot, notes=_notes,
+            figsize=(12.0, 8.0))
+
+

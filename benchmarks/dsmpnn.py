@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness import Report, median
+from benchmarks.harness import Report, View, bars, line, median, render_saved, tag
 from dsgraph.config import load
 from dsgraph.data.cache import param_hash
 from dsgraph.fsutil import atomic_write_text
@@ -35,9 +35,12 @@ from train.__main__ import launch
 from train.dsmpnn import DsmpnnStrategy
 
 CACHE = "data"  # the project's dataset cache (git-ignored), shared with `python -m train`
-COLUMNS = ["dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
+COLUMNS = ("dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
            "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s", "allreduce_s",
-           "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share"]
+           "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share")
+# The sweep sets the radius; the workers rows repeat a sweep point under another sweep name.
+KEY = ("dataset", "sweep", "nodes", "edges_per_node", "workers")
+TITLE = "DS-MPNN: accuracy vs sampled nodes and edge cap, 1 vs 2 workers"
 RECORD_KEYS = ["test_rmse", "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s",
                "allreduce_s", "step_s", "cpu_s", "train_s", "infer_s", "peak_rss_mb", "train_mem_mb",
                "peak_rss_mb_per_worker", "final_loss", "epoch_s_all", "load1_start", "load1_end",
@@ -245,22 +248,42 @@ def _workers_sweep(report: Report, ds: str, spec: dict, out: Path, capacity: boo
     _record(report, ds, "workers", s0, e0, 1, one, spec)
     _record(report, ds, "workers", s0, e0, 2, _timed_run(spec, "workers", s0, e0, 2, out), spec)
     if capacity:
-        cap = _capacity(spec, out, one)
-        report.extra.setdefault("capacity", {})[ds] = cap
-        report.note(f"**{ds} machine capacity**: two independent copies of the 1-worker base run, "
-                    f"side by side, took {median(cap['epoch_s_side_by_side']):.2f} s per epoch "
-                    f"vs {cap['epoch_s_alone']:.2f} s alone: the two cores did "
-                    f"{cap['throughput_x']:.2f}x the work of one (other processes used "
-                    f"{cap['other_cpu_share']:.2f} cores meanwhile). No 2-worker run can beat "
-                    f"that factor under the same load.")
+        report.extra.setdefault("capacity", {})[ds] = _capacity(spec, out, one)
 
 
 def _drop(recs: list[dict]) -> float:
     return 1.0 - recs[-1]["test_rmse"] / recs[0]["test_rmse"]
 
 
-def _notes(report: Report) -> None:
-    rec = report.records
+# The report paragraph on how every column is measured.
+MEASURED = (
+    "RMSE is over all test points and target channels in standardized units "
+    "(train-set mean/std per channel); relative L2 is per test sample in physical "
+    "units, averaged. Test fields are predicted GKN-style: every point is covered by "
+    "random groups of s sampled nodes, each group's radius graph is predicted, and "
+    "the covers are averaged. Sweeps train 1-worker jobs, two at a time (one per "
+    "core), so their times are not speed measurements. Workers rows: P=1, then P=2, "
+    "each alone with one thread per worker; epoch_s is the median epoch time without "
+    "the first epoch, and graph_s / compute_s / halo_s / allreduce_s split rank 0's "
+    "median epoch into graph building (sampling, edges, plan), forward+backward "
+    "compute, halo exchanges (waiting for the peer included) and the gradient "
+    "all-reduce; other_cpu_share is the CPU (in cores) that other processes used "
+    "during the job. peak_rss_mb is the largest worker's peak RSS (about 500 MB of "
+    "it is torch + DGL); train_mem_mb is what training and inference added on top of "
+    "the RSS before the first epoch (largest worker).")
+
+
+def _notes(payload: dict) -> list[str]:
+    """Machine capacity, how the figures are measured, and the targets per dataset."""
+    rec, notes = payload["records"], []
+    for ds, cap in payload.get("capacity", {}).items():
+        notes.append(f"**{ds} machine capacity**: two independent copies of the 1-worker base "
+                     f"run, side by side, took {median(cap['epoch_s_side_by_side']):.2f} s per "
+                     f"epoch vs {cap['epoch_s_alone']:.2f} s alone: the two cores did "
+                     f"{cap['throughput_x']:.2f}x the work of one (other processes used "
+                     f"{cap['other_cpu_share']:.2f} cores meanwhile). No 2-worker run can beat "
+                     f"that factor under the same load.")
+    notes.append(MEASURED)
     for ds in sorted({r["dataset"] for r in rec}):
         parts = []
         for sweep, target in (("nodes", "nodes"), ("edges", "edges_per_node")):
@@ -296,42 +319,57 @@ def _notes(report: Report) -> None:
                          f"{'met' if sp_train >= 1.6 else 'NOT met'}), inference {sp_inf:.2f}x, "
                          f"peak RSS per worker {two['peak_rss_mb']:.0f} MB vs "
                          f"{one['peak_rss_mb']:.0f} MB{phases}{load}")
-        report.note(f"**{ds}**: " + "; ".join(parts) + ".")
+        notes.append(f"**{ds}**: " + "; ".join(parts) + ".")
+    return notes
 
 
-def _plot(records: list[dict], fig) -> None:
+def _plot(rows: list[dict], fig) -> None:
+    """Test RMSE over each sweep (one line per dataset, its fixed settings in the legend) and
+    rank 0's epoch time split of the workers rows."""
     axes = fig.subplots(1, 3)
     for ds, marker in (("darcy", "o"), ("airfoil", "s")):
-        for ax, sweep, key in ((axes[0], "nodes", "nodes"), (axes[1], "edges", "edges_per_node")):
-            rs = [r for r in records if r["dataset"] == ds and r["sweep"] == sweep]
+        for ax, sweep, key, fixed in ((axes[0], "nodes", "nodes", "edges_per_node"),
+                                      (axes[1], "edges", "edges_per_node", "nodes")):
+            rs = [r for r in rows if r["dataset"] == ds and r["sweep"] == sweep]
             if rs:
-                ax.plot([r[key] for r in rs], [r["test_rmse"] for r in rs], marker=marker, label=ds)
+                held = "n_e" if fixed == "edges_per_node" else "s"
+                line(ax, rs, key, "test_rmse", KEY, marker=marker,
+                     label=f"{ds} ({held}={rs[0][fixed]}, r={rs[0]['radius']:g})")
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("sampled nodes s" if sweep == "nodes" else "edge cap n_e")
                 ax.set_ylabel("test RMSE (standardized)")
-                ax.legend()
-    ws = [r for r in records if r["sweep"] == "workers"]
+                ax.legend(fontsize=7)
+    ws = [r for r in rows if r["sweep"] == "workers"]
     labels = [f"{r['dataset']}\nP={r['workers']}" for r in ws]
     bottom = [0.0] * len(ws)
     for key in ("graph_s", "compute_s", "halo_s", "allreduce_s"):
-        vals = [r.get(key) or 0.0 for r in ws]
-        axes[2].bar(range(len(ws)), vals, bottom=bottom, label=key[:-2])
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    axes[2].scatter(range(len(ws)), [r["epoch_s"] for r in ws], color="k", marker="_", s=200,
-                    label="epoch", zorder=3)
+        idx = [i for i, r in enumerate(ws) if r.get(key) is not None]
+        bars(axes[2], idx, [ws[i] for i in idx], key, KEY, bottom=[bottom[i] for i in idx],
+             label=key[:-2])
+        for i in idx:
+            bottom[i] += ws[i][key]
+    tag(axes[2].scatter(range(len(ws)), [r["epoch_s"] for r in ws], color="k", marker="_",
+                        s=200, label="epoch", zorder=3), "epoch_s", ws, KEY)
     axes[2].set_xticks(range(len(ws)), labels, fontsize=7)
-    axes[2].set_ylabel("seconds per epoch (median)")
+    axes[2].set_ylabel("seconds per epoch (median; rank 0)")
     axes[2].legend(fontsize=7)
     axes[0].set_title("accuracy vs sampled nodes")
     axes[1].set_title("accuracy vs edges per node")
     axes[2].set_title("1 vs 2 workers: epoch time")
 
 
+VIEW = View("dsmpnn", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(12.0, 5.0))
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw dsmpnn.md and dsmpnn.png from the saved dsmpnn.json."""
+    return render_saved(VIEW, quick)
+
+
 def run(quick: bool) -> Path:
     """Run the sweeps and write benchmarks/reports/dsmpnn.{json,md,png}."""
     specs = QUICK if quick else FULL
-    report = Report("dsmpnn", quick, COLUMNS, repeats=1,
-                    title="DS-MPNN: accuracy vs sampled nodes and edge cap, 1 vs 2 workers")
+    report = Report(VIEW, quick, repeats=1)
     report.extra["settings"] = specs
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsmpnn-bench-") as tmp:
@@ -363,19 +401,4 @@ def run(quick: bool) -> Path:
             for (sweep, s, e), m in zip(jobs, results[ds]):
                 _record(report, ds, sweep, s, e, 1, m, specs[ds])
     report.extra["wall_s"] = time.perf_counter() - t_start
-    report.note("RMSE is over all test points and target channels in standardized units "
-                "(train-set mean/std per channel); relative L2 is per test sample in physical "
-                "units, averaged. Test fields are predicted GKN-style: every point is covered by "
-                "random groups of s sampled nodes, each group's radius graph is predicted, and "
-                "the covers are averaged. Sweeps train 1-worker jobs, two at a time (one per "
-                "core), so their times are not speed measurements. Workers rows: P=1, then P=2, "
-                "each alone with one thread per worker; epoch_s is the median epoch time without "
-                "the first epoch, and graph_s / compute_s / halo_s / allreduce_s split rank 0's "
-                "median epoch into graph building (sampling, edges, plan), forward+backward "
-                "compute, halo exchanges (waiting for the peer included) and the gradient "
-                "all-reduce; other_cpu_share is the CPU (in cores) that other processes used "
-                "during the job. peak_rss_mb is the largest worker's peak RSS (about 500 MB of "
-                "it is torch + DGL); train_mem_mb is what training and inference added on top of "
-                "the RSS before the first epoch (largest worker).")
-    _notes(report)
-    return report.save(plot=_plot)
+    return report.save()

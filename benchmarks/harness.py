@@ -1,22 +1,34 @@
 """Benchmark reports: environment capture, medians of repeats, and json/md/png output.
 
-Each benchmark module ``benchmarks/<name>.py`` defines ``run(quick: bool) -> Report``.
+Each benchmark module ``benchmarks/<name>.py`` defines ``run(quick: bool) -> Path``, a
+:class:`View` ``VIEW`` (how its JSON records become the table rows, notes and figure) and
+``render(quick: bool = False) -> Path``, which redraws NAME.md and NAME.png from the saved
+NAME.json without measuring anything. The table and the figure come from the same rows
+(``VIEW.rows(records)``); every value the figure draws is tagged with its row's key and column,
+so :func:`plotted_values` can read back what was drawn (tests compare it with the table).
+Paragraphs written by hand after a run live in ``NAME.notes.md`` beside the report, whose first
+line ``<!-- run: DATE -->`` names the run (``env.date`` of NAME.json) they discuss: rendering
+appends them to NAME.md for that run only, so a new run never inherits an old run's analysis.
 Full runs write ``benchmarks/reports/<name>.{json,md,png}`` (committed); ``--quick`` runs write
 under ``benchmarks/reports/quick/`` so a CI-size run never overwrites a committed full report.
 ``DSGRAPH_REPORTS_DIR`` overrides the folder (tests use a temporary one).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import io
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from dsgraph.fsutil import atomic_write_text
+from dsgraph.errors import UserError
+from dsgraph.fsutil import atomic_write_bytes, atomic_write_text
 
 
 def environment() -> dict[str, Any]:
@@ -74,54 +86,216 @@ def markdown_table(records: Sequence[dict], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+# --- one benchmark's report layout ---------------------------------------------------------------
+
+def _copy_rows(records: list[dict]) -> list[dict]:
+    return [dict(r) for r in records]
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """How a benchmark's JSON payload becomes its report.
+
+    ``rows(records)`` gives the table rows, which ``plot(rows, fig)`` draws; ``key`` names the
+    columns that tell rows apart (every setting that distinguishes two records), so a figure
+    never merges two rows; ``notes(payload)`` gives the report's paragraphs.
+    """
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    rows: Callable[[list[dict]], list[dict]] = _copy_rows
+    plot: Optional[Callable[[list[dict], Any], None]] = None
+    notes: Optional[Callable[[dict], list[str]]] = None
+    figsize: tuple[float, float] = (10.0, 5.0)
+
+
+def row_key(row: dict, fields: Sequence[str]) -> str:
+    """The identity of a table row: its ``fields`` values joined by '/'."""
+    return "/".join(_fmt(row.get(f)) or "-" for f in fields)
+
+
+def tag(artist: Any, column: str, rows: Sequence[dict], fields: Sequence[str],
+        axis: str = "y") -> Any:
+    """Mark ``artist`` as drawing ``column`` of ``rows`` (one row per point, or one row for a
+    bar or a constant line) on its ``axis`` coordinate; return the artist."""
+    artist.set_gid("\t".join([column, axis, *(row_key(r, fields) for r in rows)]))
+    return artist
+
+
+def bars(ax: Any, xs: Sequence[float], rows: Sequence[dict], column: str,
+         fields: Sequence[str], horizontal: bool = False, **kw: Any) -> None:
+    """One bar per row at ``xs`` showing ``row[column]`` (rows without a value get no bar),
+    each bar tagged with its row (see :func:`tag`)."""
+    pts = [(x, r) for x, r in zip(xs, rows) if r.get(column) is not None]
+    if not pts:
+        return
+    draw = ax.barh if horizontal else ax.bar
+    container = draw([x for x, _ in pts], [r[column] for _, r in pts], **kw)
+    for patch, (_, r) in zip(container.patches, pts):
+        tag(patch, column, [r], fields, "x" if horizontal else "y")
+
+
+def line(ax: Any, rows: Sequence[dict], x: str, column: str, fields: Sequence[str],
+         *args: Any, **kw: Any) -> None:
+    """``row[column]`` against ``row[x]`` over ``rows`` (rows without a value left out), tagged."""
+    rows = [r for r in rows if r.get(column) is not None]
+    if rows:
+        (ln,) = ax.plot([r[x] for r in rows], [r[column] for r in rows], *args, **kw)
+        tag(ln, column, rows, fields)
+
+
+def plotted_values(fig: Any) -> list[tuple[str, str, float]]:
+    """(row key, column, value) of every tagged bar, line point and scatter point of ``fig``,
+    read from what was drawn (bar heights or widths, line and scatter coordinates)."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    out: list[tuple[str, str, float]] = []
+    for ax in fig.axes:
+        for artist in [*ax.patches, *ax.lines, *ax.collections]:
+            gid = artist.get_gid()
+            if not gid:
+                continue
+            column, axis, *keys = gid.split("\t")
+            col = 0 if axis == "x" else 1
+            if isinstance(artist, Rectangle):
+                values = [artist.get_width() if axis == "x" else artist.get_height()]
+            elif isinstance(artist, Line2D):
+                values = list(artist.get_xydata()[:, col])
+                if len(keys) == 1 and len(set(values)) == 1:  # a constant line (axhline)
+                    values = values[:1]
+            elif isinstance(artist, PathCollection):
+                values = list(artist.get_offsets()[:, col])
+            else:
+                continue
+            if len(values) != len(keys):
+                raise ValueError(f"artist {gid!r}: {len(values)} values for {len(keys)} rows")
+            out += [(k, column, float(v)) for k, v in zip(keys, values)]
+    return out
+
+
+def figure(view: View, rows: list[dict], layout: bool = True) -> Any:
+    """The report's figure drawn from ``rows`` (a matplotlib Figure on the Agg canvas);
+    ``layout=False`` skips the tight layout (a draw pass), for reading values back only."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    assert view.plot is not None
+    fig = Figure(figsize=view.figsize)
+    FigureCanvasAgg(fig)  # Agg for this figure only: no global backend switch
+    view.plot(rows, fig)
+    if layout:
+        fig.tight_layout()
+    return fig
+
+
+# --- writing and re-rendering ---------------------------------------------------------------
+
+def hand_notes(out: Path, name: str, run_date: str) -> Optional[str]:
+    """The hand-written paragraphs of ``out/NAME.notes.md`` when they discuss the run of
+    ``run_date``, else None (see the module docstring)."""
+    path = out / f"{name}.notes.md"
+    if not path.exists():
+        return None
+    first, _, body = path.read_text().partition("\n")
+    match = re.fullmatch(r"<!-- run: (\S+) -->", first.strip())
+    if match is None:
+        raise UserError(f"{path}: first line must be '<!-- run: DATE -->' naming the run "
+                        f"it discusses (env.date of {name}.json)")
+    if match.group(1) != run_date:
+        print(f"note: {path.name} discusses the run of {match.group(1)}, not this one "
+              f"({run_date}); left out of {name}.md", flush=True)
+        return None
+    return body.strip("\n")
+
+
+def render(payload: dict, view: View, out: Path, figure_too: bool = True) -> Path:
+    """Write NAME.md (and NAME.png with ``figure_too`` and a plot) into ``out`` from a report's
+    JSON payload; return ``out``."""
+    env = payload["env"]
+    rows = view.rows(payload["records"])
+    notes = view.notes(payload) if view.notes is not None else payload.get("notes", [])
+    table = markdown_table(rows, view.columns)
+    md = [f"# {view.title}", "",
+          f"{'Quick (CI-size)' if payload['quick'] else 'Full'} run, {env['date']}; "
+          f"python {env['python']}, torch {env['torch']}, dgl {env['dgl']}, "
+          f"{env['cores']} cores; repeats: {payload['repeats']} (medians).", "",
+          table, ""] + [n + "\n" for n in notes]
+    by_hand = hand_notes(out, view.name, env["date"])
+    if by_hand:
+        md.append(by_hand + "\n")
+    if figure_too and view.plot is not None:
+        buf = io.BytesIO()
+        figure(view, rows).savefig(buf, format="png", dpi=90)
+        atomic_write_bytes(out / f"{view.name}.png", buf.getvalue())
+        md.insert(2, f"![{view.name}]({view.name}.png)\n")
+    atomic_write_text(out / f"{view.name}.md", "\n".join(md))
+    return out
+
+
+def load_payload(name: str, quick: bool = False) -> dict:
+    """A saved report's JSON payload (``reports_dir(quick)/NAME.json``)."""
+    path = reports_dir(quick) / f"{name}.json"
+    if not path.exists():
+        raise UserError(f"{path}: no such report; run `python -m benchmarks {name}"
+                        f"{' --quick' if quick else ''}` first")
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not a report JSON file ({exc})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+        raise UserError(f"{path}: not a report JSON file (expected an object with 'records')")
+    return payload
+
+
+def render_saved(view: View, quick: bool = False) -> Path:
+    """Redraw NAME.md and NAME.png from the saved NAME.json (nothing is measured)."""
+    payload = load_payload(view.name, quick)
+    out = render(payload, view, reports_dir(quick))
+    print(f"rendered {out / view.name}.md and .png from {view.name}.json", flush=True)
+    return out
+
+
 class Report:
     """Collects records of one benchmark run and writes NAME.json, NAME.md and NAME.png."""
 
-    def __init__(self, name: str, quick: bool, columns: Sequence[str], repeats: int = 1,
-                 title: str | None = None) -> None:
-        self.name, self.quick, self.columns, self.repeats = name, quick, list(columns), repeats
-        self.title = title or name
+    def __init__(self, view: View, quick: bool, repeats: int = 1) -> None:
+        self.view, self.name, self.quick, self.repeats = view, view.name, quick, repeats
         self.records: list[dict] = []
-        self.notes: list[str] = []
         self.env = environment()
         self.extra: dict[str, Any] = {}
 
     def add(self, record: dict) -> dict:
         """Append one record (a flat dict) and echo it as a progress line."""
         self.records.append(record)
-        print("  " + ", ".join(f"{c}={_fmt(record.get(c))}" for c in self.columns if c in record),
-              flush=True)
+        print("  " + ", ".join(f"{c}={_fmt(record.get(c))}" for c in self.view.columns
+                               if c in record), flush=True)
         return record
 
-    def note(self, text: str) -> None:
-        """Add a markdown paragraph (targets met, caveats, profiles) to the report."""
-        self.notes.append(text)
+    def payload(self) -> dict:
+        """The JSON document of this report (notes are the view's, from the records)."""
+        payload = {"name": self.name, "quick": self.quick, "repeats": self.repeats,
+                   "env": self.env, **self.extra, "records": self.records, "notes": []}
+        if self.view.notes is not None:
+            payload["notes"] = self.view.notes(payload)
+        return payload
 
-    def save(self, plot: Callable[[list[dict], Any], None] | None = None) -> Path:
-        """Print the table and write json/md/png; ``plot(records, fig)`` draws the figure."""
+    def save(self, partial: bool = False) -> Path:
+        """Print the table and write json/md/png. ``partial`` (a run still going, saved so an
+        interrupt keeps its finished part): json and the bare table only."""
         out = reports_dir(self.quick)
         out.mkdir(parents=True, exist_ok=True)
-        table = markdown_table(self.records, self.columns)
-        print(table)
-        for n in self.notes:
-            print(n)
-        payload = {"name": self.name, "quick": self.quick, "repeats": self.repeats,
-                   "env": self.env, **self.extra, "records": self.records, "notes": self.notes}
+        if partial:
+            payload = {"name": self.name, "quick": self.quick, "repeats": self.repeats,
+                       "env": self.env, **self.extra, "records": self.records, "notes": []}
+            view = dataclasses.replace(self.view, plot=None, notes=None)
+        else:
+            payload, view = self.payload(), self.view
         atomic_write_text(out / f"{self.name}.json", json.dumps(payload, indent=1, default=str))
-        md = [f"# {self.title}", "",
-              f"{'Quick (CI-size)' if self.quick else 'Full'} run, {self.env['date']}; "
-              f"python {self.env['python']}, torch {self.env['torch']}, dgl {self.env['dgl']}, "
-              f"{self.env['cores']} cores; repeats: {self.repeats} (medians).", "",
-              table, ""] + [n + "\n" for n in self.notes]
-        if plot is not None:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            fig = plt.figure(figsize=(10, 5))
-            plot(self.records, fig)
-            fig.tight_layout()
-            fig.savefig(out / f"{self.name}.png", dpi=90)
-            plt.close(fig)
-            md.insert(2, f"![{self.name}]({self.name}.png)\n")
-        atomic_write_text(out / f"{self.name}.md", "\n".join(md))
-        return out
+        print(markdown_table(view.rows(self.records), view.columns))
+        for n in payload["notes"]:
+            print(n)
+        return render(payload, view, out)

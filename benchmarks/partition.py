@@ -26,9 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import Report, median
+from benchmarks.harness import Report, View, bars, median, render_saved
 
 METHODS = ("dsgraph", "dgl", "random")
+COLUMNS = ("nodes", "edges", "parts", "method", "edge_cut", "edge_cut_ratio", "node_balance",
+           "train_balance", "wall_s", "peak_rss_mb", "partition_mb", "cut_vs_dgl", "time_vs_dgl",
+           "rss_vs_dgl", "repeats")
+KEY = ("nodes", "parts", "method")
+TITLE = "Partitioning: dsgraph (pymetis) vs DGL partition_graph (METIS) vs random"
 MASKS = ("train_mask", "val_mask", "test_mask")
 
 
@@ -106,26 +111,63 @@ def _spawn(spec: dict, timeout_s: float) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _plot(records: list[dict], fig) -> None:
+def _plot(rows: list[dict], fig) -> None:
     """Edge-cut ratio and wall time per (graph, parts), one bar per method."""
-    keys = sorted({(r["nodes"], r["parts"]) for r in records})
+    keys = list(dict.fromkeys((r["nodes"], r["parts"]) for r in rows))
     labels = [f"{n // 1000}k/{p}" if n < 10**6 else f"{n // 10**6}M/{p}" for n, p in keys]
-    x = np.arange(len(keys))
-    width = 0.27
+    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    width = 0.8 / max(len(methods), 1)
     for i, (col, title) in enumerate((("edge_cut_ratio", "edge cut ratio (lower is better)"),
                                       ("wall_s", "wall time incl. writing, s (log)"))):
         ax = fig.add_subplot(1, 2, i + 1)
-        for j, m in enumerate(METHODS):
-            vals = [next((r[col] for r in records
-                          if (r["nodes"], r["parts"]) == key and r["method"] == m), np.nan)
-                    for key in keys]
-            ax.bar(x + (j - 1) * width, vals, width, label=m)
-        ax.set_xticks(x, labels)
+        for j, m in enumerate(methods):
+            rs = [r for r in rows if r["method"] == m]
+            xs = [keys.index((r["nodes"], r["parts"])) + (j - (len(methods) - 1) / 2) * width
+                  for r in rs]
+            bars(ax, xs, rs, col, KEY, width=width, label=m)
+        ax.set_xticks(range(len(keys)), labels)
         ax.set_xlabel("nodes / parts")
         ax.set_title(title)
         if col == "wall_s":
             ax.set_yscale("log")
         ax.legend()
+
+
+def _notes(payload: dict) -> list[str]:
+    """Targets met, DGL's run-to-run spread, and what each column measures."""
+    records, notes = payload["records"], []
+    ds_rows = [r for r in records if r["method"] == "dsgraph"]
+    cut_ok = all(r["cut_vs_dgl"] <= 1.0 for r in ds_rows)
+    time_ok = all(r["time_vs_dgl"] <= 1.0 for r in ds_rows)
+    bal_ok = all(r["node_balance"] <= 1.10 for r in ds_rows)
+    notes.append(
+        f"Targets (dsgraph vs DGL, every graph and part count): edge cut ratio <= 1.0: "
+        f"{'met' if cut_ok else 'NOT met'} (max {max(r['cut_vs_dgl'] for r in ds_rows):.3f}); "
+        f"wall time ratio <= 1.0: {'met' if time_ok else 'NOT met'} "
+        f"(max {max(r['time_vs_dgl'] for r in ds_rows):.3f}); node balance <= 1.10: "
+        f"{'met' if bal_ok else 'NOT met'} (max {max(r['node_balance'] for r in ds_rows):.3f}).")
+    spread = [f"{r['nodes'] // 1000}k/{r['parts']}: {min(r['edge_cut_all']):,}-"
+              f"{max(r['edge_cut_all']):,}" for r in records
+              if r["method"] == "dgl" and min(r["edge_cut_all"]) != max(r["edge_cut_all"])]
+    if spread:
+        notes.append("DGL's METIS result varies between repeats (edge cut min-max: "
+                     + "; ".join(spread) + "); dsgraph's is identical for a given seed.")
+    notes.append(
+        "Edge cut = directed edges (each undirected edge twice) whose endpoints lie in different "
+        "parts, recomputed for every method from its output ranges and id map; wall time = "
+        "partitioning + writing the DGL files in a fresh process (graph loading excluded); peak "
+        "RSS = VmHWM of that process, including the loaded graph (`partition_mb` = peak minus RSS "
+        "after loading). Values are medians over `repeats` fresh processes; "
+        f"OMP_NUM_THREADS={payload.get('omp_num_threads')}.")
+    return notes
+
+
+VIEW = View("partition", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes)
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw partition.md and partition.png from the saved partition.json."""
+    return render_saved(VIEW, quick)
 
 
 def run(quick: bool) -> Path:
@@ -139,13 +181,8 @@ def run(quick: bool) -> Path:
         reps_1m = int(os.environ.get("DSGRAPH_BENCH_REPEATS_1M", "3"))
         plan = [(100_000, (2, 4, 8), 5), (1_000_000, (2, 4, 8), reps_1m)]
     cache = os.environ.get("DSGRAPH_BENCH_CACHE", "data")
-    report = Report("partition", quick,
-                    ["nodes", "edges", "parts", "method", "edge_cut", "edge_cut_ratio",
-                     "node_balance", "train_balance", "wall_s", "peak_rss_mb", "partition_mb",
-                     "cut_vs_dgl", "time_vs_dgl", "rss_vs_dgl", "repeats"],
-                    repeats=max(r for _, _, r in plan),  # per-row counts in the `repeats` column
-                    title="Partitioning: dsgraph (pymetis) vs DGL partition_graph (METIS) "
-                          "vs random")
+    report = Report(VIEW, quick,
+                    repeats=max(r for _, _, r in plan))  # per-row counts in the `repeats` column
     report.extra["plan"] = [{"nodes": n, "parts": list(p), "repeats": r} for n, p, r in plan]
     report.extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS", "2")
     with tempfile.TemporaryDirectory(prefix="dsgraph-bench-part-") as tmpd:
@@ -180,30 +217,7 @@ def run(quick: bool) -> Path:
                     row["time_vs_dgl"] = row["wall_s"] / ref["wall_s"]
                     row["rss_vs_dgl"] = row["peak_rss_mb"] / ref["peak_rss_mb"]
                     report.add(row)
-    ds_rows = [r for r in report.records if r["method"] == "dsgraph"]
-    cut_ok = all(r["cut_vs_dgl"] <= 1.0 for r in ds_rows)
-    time_ok = all(r["time_vs_dgl"] <= 1.0 for r in ds_rows)
-    bal_ok = all(r["node_balance"] <= 1.10 for r in ds_rows)
-    report.note(
-        f"Targets (dsgraph vs DGL, every graph and part count): edge cut ratio <= 1.0: "
-        f"{'met' if cut_ok else 'NOT met'} (max {max(r['cut_vs_dgl'] for r in ds_rows):.3f}); "
-        f"wall time ratio <= 1.0: {'met' if time_ok else 'NOT met'} "
-        f"(max {max(r['time_vs_dgl'] for r in ds_rows):.3f}); node balance <= 1.10: "
-        f"{'met' if bal_ok else 'NOT met'} (max {max(r['node_balance'] for r in ds_rows):.3f}).")
-    spread = [f"{r['nodes'] // 1000}k/{r['parts']}: {min(r['edge_cut_all']):,}-"
-              f"{max(r['edge_cut_all']):,}" for r in report.records
-              if r["method"] == "dgl" and min(r["edge_cut_all"]) != max(r["edge_cut_all"])]
-    if spread:
-        report.note("DGL's METIS result varies between repeats (edge cut min-max: "
-                    + "; ".join(spread) + "); dsgraph's is identical for a given seed.")
-    report.note(
-        "Edge cut = directed edges (each undirected edge twice) whose endpoints lie in different "
-        "parts, recomputed for every method from its output ranges and id map; wall time = "
-        "partitioning + writing the DGL files in a fresh process (graph loading excluded); peak "
-        "RSS = VmHWM of that process, including the loaded graph (`partition_mb` = peak minus RSS "
-        "after loading). Values are medians over `repeats` fresh processes; "
-        f"OMP_NUM_THREADS={report.extra['omp_num_threads']}.")
-    return report.save(plot=_plot)
+    return report.save()
 
 
 def _worker_main() -> None:

@@ -1,0 +1,134 @@
+"""Benchmark reports: every figure draws exactly its table's rows, and the committed reports are
+what their committed JSON renders to."""
+from __future__ import annotations
+
+import importlib
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from benchmarks import harness
+from dsgraph.errors import UserError
+
+REPORTS = Path(harness.__file__).resolve().parent / "reports"
+NAMES = sorted(p.stem for p in REPORTS.glob("*.json"))  # every committed report
+
+
+def _view(name: str) -> harness.View:
+    return importlib.import_module(f"benchmarks.{name}").VIEW
+
+
+def _committed(name: str, monkeypatch) -> dict:
+    monkeypatch.delenv("DSGRAPH_REPORTS_DIR", raising=False)
+    return harness.load_payload(name)
+
+
+def _check_plot_equals_table(view: harness.View, rows: list[dict]) -> list[tuple]:
+    """Assert every drawn value is its row's table value; return what was drawn."""
+    keys = [harness.row_key(r, view.key) for r in rows]
+    dupes = [k for k, n in Counter(keys).items() if n > 1]
+    assert not dupes, f"{view.name}: rows not told apart by {view.key}: {dupes}"
+    assert set(view.key) <= set(view.columns), "the table must show every key field"
+    by_key = dict(zip(keys, rows))
+    drawn = harness.plotted_values(harness.figure(view, rows, layout=False))
+    assert drawn, f"{view.name}: the figure draws no tagged value"
+    for key, column, value in drawn:
+        assert key in by_key, f"{view.name}: drawn row {key!r} is not a table row"
+        assert column in view.columns, f"{view.name}: drawn {column!r} is not a table column"
+        assert value == pytest.approx(by_key[key][column], rel=1e-12), (key, column)
+    columns = {c for _, c, _ in drawn}
+    for key in set(keys) - {k for k, _, _ in drawn}:  # only rows with nothing to draw are left out
+        assert all(by_key[key].get(c) is None for c in columns), f"{view.name}: {key} not drawn"
+    return drawn
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_plot_draws_the_table_values(name, monkeypatch):
+    payload = _committed(name, monkeypatch)
+    view = _view(name)
+    _check_plot_equals_table(view, view.rows(payload["records"]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_markdown_is_the_render_of_the_committed_json(name, monkeypatch, tmp_path):
+    payload = _committed(name, monkeypatch)
+    sidecar = REPORTS / f"{name}.notes.md"
+    if sidecar.exists():
+        shutil.copy(sidecar, tmp_path)
+    harness.render(payload, _view(name), tmp_path, figure_too=False)  # the figure: test above
+    committed = (REPORTS / f"{name}.md").read_text().replace(f"![{name}]({name}.png)\n\n", "")
+    assert (tmp_path / f"{name}.md").read_text() == committed, \
+        f"benchmarks/reports/{name}.md is stale: run `python -m benchmarks {name} --render`"
+    assert (REPORTS / f"{name}.png").exists()
+
+
+def _compression_record(bits, block, levels, projection, saved, overhead):
+    return {"model": "sage", "mode": "full", "bits": bits, "block_size": block, "levels": levels,
+            "projection": projection, "saved_bytes": saved, "ratio_vs_fp32": 800.0 / saved,
+            "ratio_vs_rowwise": None, "epoch_s": 1.0, "time_overhead_vs_fp32": overhead,
+            "peak_step_mb": None, "test_acc": None}
+
+
+def test_compression_plot_keeps_projected_and_plain_records_apart():
+    view = _view("compression")
+    records = [_compression_record(32, None, None, None, 800.0, 0.0),
+               _compression_record(2, 256, "uniform", 1.0, 40.0, 0.03),
+               _compression_record(2, 256, "uniform", 0.125, 17.0, 0.11)]
+    rows = view.rows(records)
+    assert [r["setting"] for r in rows] == ["fp32", "G256", "G256+RP/8"]
+    drawn = _check_plot_equals_table(view, rows)
+    ratios = {k: v for k, c, v in drawn if c == "ratio_vs_fp32"}
+    assert ratios == {"sage/full/32/-/-/-": 1.0, "sage/full/2/256/uniform/1": 20.0,
+                      "sage/full/2/256/uniform/0.125": pytest.approx(800 / 17)}
+
+
+def test_sar_figure_has_a_panel_per_mode_and_a_colour_per_model(monkeypatch):
+    view = _view("sar")
+    assert "final_val_acc" not in view.columns
+    fig = harness.figure(view, view.rows(_committed("sar", monkeypatch)["records"]), layout=False)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [f"{g} graph, {m}" for g in ("community", "random")
+                      for m in ("SAR", "SA", "one-shot")]
+    for ax in fig.axes:
+        colours = {ln.get_gid().split("\t")[2].split("/")[2]: ln.get_color() for ln in ax.lines
+                   if ln.get_gid() and "/dgl/" not in ln.get_gid()}
+        assert set(colours) == {"sage", "gat"} and len(set(colours.values())) == 2
+
+
+def test_hand_notes_only_join_the_run_they_discuss(tmp_path, capsys):
+    (tmp_path / "x.notes.md").write_text("<!-- run: 2026-01-01T00:00:00 -->\nBy hand.\n")
+    assert harness.hand_notes(tmp_path, "x", "2026-01-01T00:00:00") == "By hand."
+    assert harness.hand_notes(tmp_path, "x", "2026-02-02T00:00:00") is None
+    assert "left out of x.md" in capsys.readouterr().out
+    (tmp_path / "x.notes.md").write_text("By hand, no header.\n")
+    with pytest.raises(UserError, match="x.notes.md: first line must be"):
+        harness.hand_notes(tmp_path, "x", "2026-01-01T00:00:00")
+
+
+def test_render_saved_without_a_report_is_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    with pytest.raises(UserError, match=r"sar.json: no such report; run `python -m benchmarks sar"):
+        harness.render_saved(_view("sar"))
+
+
+def test_report_save_writes_json_md_png_and_partial_skips_the_figure(tmp_path, monkeypatch):
+    """The end of a benchmark run: what ``Report.save`` writes is what a re-render gives."""
+    committed = _committed("compression", monkeypatch)
+    monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    report = harness.Report(_view("compression"), quick=False)
+    report.extra["profile_c_vs_torch"] = committed["profile_c_vs_torch"]
+    for rec in committed["records"]:
+        report.add(dict(rec))
+    report.save(partial=True)
+    assert not (tmp_path / "compression.png").exists()
+    assert harness.load_payload("compression")["notes"] == []
+    report.save()
+    saved = harness.load_payload("compression")
+    assert saved["records"] == committed["records"]
+    assert saved["notes"] == _view("compression").notes(committed)
+    first = (tmp_path / "compression.md").read_text()
+    assert "![compression](compression.png)" in first and (tmp_path / "compression.png").exists()
+    harness.render_saved(_view("compression"))
+    assert (tmp_path / "compression.md").read_text() == first
