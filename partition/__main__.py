@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 from dsgraph import config as config_mod
 from dsgraph.errors import UserError, cli_main
+from dsgraph.partition.integrity import verify_partitions
+from dsgraph.partition.meta import partition_source
 
 
 def summary_lines(stats: dict) -> list[str]:
@@ -40,38 +42,78 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_mod.load(args.config, args.overrides)
     out = Path(args.out or cfg.partition.out_dir)
     part_json = out / f"{cfg.partition.graph_name}.json"
-    source = {"dataset": dataclasses.asdict(cfg.dataset),
-              "partition": {k: v for k, v in dataclasses.asdict(cfg.partition).items()
-                            if k != "out_dir"}}
     force = args.force
-    if out.exists() and not force:
-        stats_path = out / "partition_stats.json"
-        if args.if_missing and part_json.exists() and stats_path.exists():
-            stats = json.loads(stats_path.read_text())
-            if stats.get("source") == source:
-                print(f"partitions already in {out} (use --force to rebuild)")
-                print("\n".join(summary_lines(stats)))
-                return
-            print(f"{out} holds partitions of another configuration; rebuilding", flush=True)
+    if out.exists() and not force and not (args.if_missing and part_json.is_file()):
+        raise UserError(f"{out}: output folder exists; pass --force to replace it")
+    check_writable(out)
+    if out.exists() and force:
+        refuse_foreign_folder(out)
+    if out.exists() and not force:  # --if-missing and a partition JSON is there
+        try:
+            verify_partitions(part_json, cfg)
+        except UserError as exc:
+            print(f"rebuilding {out}: {exc}", flush=True)
             force = True
         else:
-            raise UserError(f"{out}: output folder exists; pass --force to replace it")
+            print(f"partitions already in {out} (use --force to rebuild)")
+            stats_path = out / "partition_stats.json"
+            if stats_path.is_file():
+                print("\n".join(summary_lines(json.loads(stats_path.read_text()))))
+            return
+
     os.environ.setdefault("OMP_NUM_THREADS", "2")
-    # Imported only now: torch reads OMP_NUM_THREADS when it loads, and config errors above
-    # should not wait for torch and DGL to load.
+    # Imported only now: torch reads OMP_NUM_THREADS when it loads, and config errors and the
+    # check of existing partitions above should not wait for torch and DGL to load.
     from dsgraph.data import load_graph
     from dsgraph.partition import partition_graph
 
+    source = partition_source(cfg)
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset)
     p = cfg.partition
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
-    path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
-                           force=force, balance_train=p.balance_train,
-                           balance_edges=p.balance_edges, extra_stats={"source": source})
+    try:
+        path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
+                               force=force, balance_train=p.balance_train,
+                               balance_edges=p.balance_edges, extra_stats={"source": source},
+                               source=source)
+    except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
+        raise UserError(f"{out}: cannot write the partition files: "
+                        f"{exc.strerror or exc}") from None
     stats = json.loads((path.parent / "partition_stats.json").read_text())
     print("\n".join(summary_lines(stats)))
     print(f"wrote {path}")
+
+
+def refuse_foreign_folder(out: Path) -> None:
+    """UserError unless ``out`` is empty or holds only partition files (``--force`` must never
+    delete a user's folder that merely sits where ``out_dir`` points)."""
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return
+    ours = [n for n in names if n == "partition_stats.json" or re.fullmatch(r"part\d+", n)
+            or n.endswith(".json") or (n.startswith(".") and n.endswith(".tmp"))]
+    foreign = [n for n in names if n not in ours]
+    if foreign or "partition_stats.json" not in names:
+        what = f"holds {foreign[0]!r}, which" if foreign else "has no partition_stats.json:"
+        raise UserError(f"{out}: {what} python -m partition did not write; not replacing it: "
+                        f"choose another --out or partition.out_dir")
+
+
+def check_writable(out: Path) -> None:
+    """UserError unless ``out`` (or the folder it would be made in) can be written.
+
+    Checked before the dataset loads, so a bad ``out_dir`` costs no partitioning time.
+    """
+    parent = out.parent
+    while not parent.exists():  # the nearest existing ancestor decides
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{out}: cannot create the output folder: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{out}: cannot create the output folder: {parent} is not writable")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: output path exists and is not a folder")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import torch
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import UserError
-from dsgraph.partition import orig_ids, partition_graph, write_partitions
+from dsgraph.partition import orig_ids, partition_graph, read_meta, write_partitions
+from dsgraph.partition.integrity import verify_files
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
@@ -335,6 +336,7 @@ def test_cli_writes_refuses_and_forces(tmp_path):
     assert (out / "tiny.json").exists() and (out / "partition_stats.json").exists()
     assert "edge cut" in proc.stdout and f"wrote {Path('parts') / 'tiny.json'}" in proc.stdout
     assert json.loads((out / "tiny.json").read_text())["num_parts"] == 2
+    fingerprint = read_meta(out / "tiny.json")["dsgraph"]["graph_fingerprint"]
     before = snapshot(out)
 
     proc = run_cli(["--config", "c.yaml", "--set", "partition.num_parts=3"], tmp_path)
@@ -348,6 +350,17 @@ def test_cli_writes_refuses_and_forces(tmp_path):
     assert proc.returncode == 0 and "already in parts" in proc.stdout
     assert snapshot(out) == before
 
+    # A damaged partition is rebuilt by --if-missing, not reused.
+    feat = out / "part1" / "node_feat.dgl"
+    feat.write_bytes(feat.read_bytes()[:-7])
+    proc = run_cli(["--config", "c.yaml", "--if-missing"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"rebuilding parts: {Path('parts', 'part1', 'node_feat.dgl')}: " in proc.stdout
+    assert "truncated" in proc.stdout
+    meta = read_meta(out / "tiny.json")
+    verify_files(out / "tiny.json", meta)  # the rebuilt files are intact
+    assert meta["dsgraph"]["graph_fingerprint"] == fingerprint  # of the same graph
+
     proc = run_cli(["--config", "c.yaml", "--set", "partition.num_parts=3", "--force"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((out / "tiny.json").read_text())
@@ -356,6 +369,16 @@ def test_cli_writes_refuses_and_forces(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml", "cache", "parts"]
     check = read_parts(out / "tiny.json")
     assert sum(int(p["sub"].ndata["inner_node"].sum()) for p in check) == 1500
+
+    # --force never deletes a folder python -m partition did not write, nor one a user added to
+    (out / "notes.txt").write_text("mine")
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "data.csv").write_text("1,2")
+    for target in ("parts", "mine"):
+        proc = run_cli(["--config", "c.yaml", "--out", target, "--force"], tmp_path)
+        assert proc.returncode == 2 and "did not write; not replacing it" in proc.stderr
+    assert (out / "notes.txt").exists() and (user / "data.csv").read_text() == "1,2"
 
 
 # --- METIS helpers -------------------------------------------------------------------------------

@@ -19,8 +19,13 @@ from dsgraph.partition.format import write_partitions
 def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
                     graph_name: str = "graph", method: str = "metis", halo_hops: int = 1,
                     seed: int = 0, force: bool = False, balance_train: bool = True,
-                    balance_edges: bool = True, extra_stats: dict | None = None) -> Path:
-    """Assign nodes with METIS (pymetis) or at random and write DGL partition files."""
+                    balance_edges: bool = True, extra_stats: dict | None = None,
+                    source: dict | None = None) -> Path:
+    """Assign nodes with METIS (pymetis) or at random and write DGL partition files.
+
+    ``source`` (the config sections that asked for this partitioning) goes into the JSON's
+    integrity block, so runs with other settings are refused.
+    """
     t0 = time.perf_counter()
 
     if method == "random":
@@ -33,4 +38,4 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
         assign = metis_assignment(adj, num_parts, weights, seed)
     return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
                             stats={**(extra_stats or {}), "wall_s": time.perf_counter() - t0},
-                            num_parts=num_parts)
+                            num_parts=num_parts, source=source)

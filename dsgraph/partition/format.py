@@ -6,7 +6,10 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
   ``part_method``, ``num_parts``, ``halo_hops``, ``node_map`` ``{"_N": [[lo, hi], ...]}`` and
   ``edge_map`` ``{"_N:_E:_N": [[lo, hi], ...]}`` (one half-open, contiguous id range per part, in
   part order), ``ntypes``, ``etypes``, and per part ``part-<k>`` the paths of the three files
-  below, relative to the JSON. Extra key (ignored by DGL): ``num_classes``, from ``ndata["label"]``.
+  below, relative to the JSON. Extra keys (ignored by DGL): ``num_classes``, from
+  ``ndata["label"]``, and ``dsgraph``, the integrity block (sizes and sha256 of every listed
+  file, the source graph's fingerprint, the config that made the files:
+  :mod:`dsgraph.partition.meta`), which every reader verifies.
 - ``part<k>/graph.dgl``: part ``k``'s graph. Its owned ("inner") nodes come first, in id order,
   then its halo nodes (neighbours owned by other parts, up to ``halo_hops`` away); it holds every
   in-edge of its owned nodes (``inner_edge`` = 1: an edge belongs to its destination's part) and
@@ -43,21 +46,26 @@ from dgl.data.utils import save_tensors
 
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_dir
+from dsgraph.partition.integrity import graph_fingerprint, integrity_block
+from dsgraph.partition.meta import BLOCK
 from dsgraph.procstats import peak_rss_mb
 
 
 def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
                      halo_hops: int = 1, method: str = "custom", force: bool = False,
-                     stats: dict | None = None, num_parts: int | None = None) -> Path:
+                     stats: dict | None = None, num_parts: int | None = None,
+                     source: dict | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
 
     ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
     part. Empty parts are rejected because DGL's range partition book cannot represent them.
     ``partition_stats.json`` (see :func:`partition_stats`) is written beside the JSON, starting
-    from the given ``stats`` and adding per-part counts, wall time and peak RSS.
+    from the given ``stats`` and adding per-part counts, wall time and peak RSS. The JSON's
+    integrity block records every file's size and sha256, the graph's fingerprint and
+    ``source``, the config sections that made the files (:func:`dsgraph.partition.meta.
+    partition_source`; None from library code).
     """
     t0 = time.perf_counter()
-
 
     if Path(out_dir).exists() and not force:  # fail before the expensive work, not after it
         raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
@@ -120,6 +128,7 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
             meta[f"part-{k}"] = {"node_feats": f"part{k}/node_feat.dgl",
                                  "edge_feats": f"part{k}/edge_feat.dgl",
                                  "part_graph": f"part{k}/graph.dgl"}
+        meta[BLOCK] = integrity_block(tmp, meta, graph_fingerprint(g), source)
         (tmp / f"{graph_name}.json").write_text(json.dumps(meta, indent=1))
         trains = [p["train_nodes"] for p in stats["parts"]]
         stats["train_balance"] = max(trains) / max(np.mean(trains), 1e-9) if any(trains) else 1.0

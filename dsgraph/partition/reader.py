@@ -1,7 +1,11 @@
-"""Read partition files back (layout: :mod:`dsgraph.partition.format`): one worker's part, orig ids."""
+"""Read partition files back (layout: :mod:`dsgraph.partition.format`): one worker's part, orig ids.
+
+Every reader verifies first (:mod:`dsgraph.partition.integrity`): the JSON's keys, each file's
+size and sha256, the config that made the files, so a bad partition is one line naming the file
+or setting, never a DGL traceback or a silent run on altered data.
+"""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +15,8 @@ import torch
 from dgl.data.utils import load_tensors
 
 from dsgraph.errors import DataError, UserError
+from dsgraph.partition.integrity import part_files, verify_files, verify_partitions
+from dsgraph.partition.meta import read_meta
 
 NODE_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask", "orig_id")
 
@@ -37,51 +43,43 @@ class LocalPartition:
         return int(self.node_ranges[-1])
 
 
-def partition_json(cfg) -> Path:
-    """The partition JSON a run reads (``partition.out_dir``/``graph_name``.json), checked to
-    exist and to hold ``partition.num_parts`` parts; ``cfg`` is a :class:`dsgraph.config.Config`."""
+def partition_json(cfg, check_files: bool = True) -> Path:
+    """The partition JSON a run reads (``partition.out_dir``/``graph_name``.json), verified.
+
+    ``cfg`` is a :class:`dsgraph.config.Config`. Checks that the JSON parses and holds what
+    dsgraph needs, that it was made with the run's ``partition.num_parts`` and dataset and
+    partition settings, and (``check_files``) that every file it lists has its recorded size
+    and sha256. Raises one-line :class:`DataError` / :class:`UserError` otherwise.
+    """
     p = cfg.partition
     path = Path(p.out_dir) / f"{p.graph_name}.json"
     if not path.is_file():
         raise UserError(f"{path}: partition files not found; run `python -m partition --config "
                         f"{cfg.source}` (or `make partition`) first")
-    try:
-        parts = int(json.loads(path.read_text())["num_parts"])
-    except (ValueError, KeyError, TypeError):
-        raise DataError(f"{path}: not a DGL partition JSON (no num_parts)") from None
-    if parts != p.num_parts:
-        raise UserError(f"{path}: holds {parts} parts but partition.num_parts is {p.num_parts}; "
-                        f"re-run `python -m partition --config {cfg.source}`")
+    verify_partitions(path, cfg, check_files)
     return path
 
 
-def _node_ranges(meta: dict, part_json: Path) -> torch.Tensor:
-    """``node_map`` as part boundaries ``[r0, r1, ..., r_P]``; DataError unless one contiguous type."""
-    node_map = meta.get("node_map")
-    if not isinstance(node_map, dict) or len(node_map) != 1:
-        raise DataError(f"{part_json}: node_map: expected one node type (a homogeneous graph), "
-                        f"got {list(node_map) if isinstance(node_map, dict) else node_map!r}")
-    ranges = next(iter(node_map.values()))
-    bounds = [int(ranges[0][0])] + [int(r[1]) for r in ranges]
-    for a, b in zip(ranges[:-1], ranges[1:]):
-        if int(a[1]) != int(b[0]):
-            raise DataError(f"{part_json}: node_map: expected contiguous id ranges, got {ranges}")
-    return torch.tensor(bounds, dtype=torch.int64)
+def _node_ranges(meta: dict) -> torch.Tensor:
+    """``node_map`` (validated by :func:`read_meta`) as part boundaries ``[0, r1, ..., r_P]``."""
+    ranges = next(iter(meta["node_map"].values()))
+    return torch.tensor([0] + [r[1] for r in ranges], dtype=torch.int64)
 
 
 def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> LocalPartition:
-    """Read part ``rank`` of ``part_json``: inner-node data and the in-edges of inner nodes."""
+    """Read part ``rank`` of ``part_json``: inner-node data and the in-edges of inner nodes.
+
+    Verifies the JSON, the size of every part's files and the sha256 of this part's own files
+    before DGL reads them.
+    """
     part_json = Path(part_json)
-    if not part_json.is_file():
-        raise DataError(f"{part_json}: partition JSON not found (run `python -m partition` first)")
-    meta = json.loads(part_json.read_text())
-    num_parts = int(meta.get("num_parts", -1))
+    meta = read_meta(part_json)
+    num_parts = meta["num_parts"]
     if num_parts != world_size:
         raise DataError(f"{part_json}: num_parts: the job has {world_size} workers, expected a "
                         f"partitioning into {world_size} parts, got {num_parts}")
-    if int(meta.get("halo_hops", 1)) < 1:
-        raise DataError(f"{part_json}: halo_hops: expected >= 1, got {meta.get('halo_hops')}")
-    ranges = _node_ranges(meta, part_json)
+    verify_files(part_json, meta, checksum=part_files(meta, rank))
+    ranges = _node_ranges(meta)
     graph, node_feats = dgl.distributed.load_partition(str(part_json), rank)[:2]
     inner = graph.ndata["inner_node"].bool()
     n_inner = int(inner.sum())
@@ -112,6 +110,7 @@ def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> L
 def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
     """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
     cfg_path = Path(part_config)
-    meta = json.loads(cfg_path.read_text())
-    return torch.cat([load_tensors(str(cfg_path.parent / meta[f"part-{k}"]["node_feats"]))["_N/orig_id"]
-                      for k in range(meta["num_parts"])])
+    meta = read_meta(cfg_path)
+    feats = [meta[f"part-{k}"]["node_feats"] for k in range(meta["num_parts"])]
+    verify_files(cfg_path, meta, feats, checksum=feats)
+    return torch.cat([load_tensors(str(cfg_path.parent / rel))["_N/orig_id"] for rel in feats])

@@ -1,0 +1,139 @@
+"""Partition integrity: checksums and fingerprints at write time, their verification at read time.
+
+sha256 throughout: with the CPU's SHA extensions it is as fast as any hashlib choice. Measured
+on the default 100k-node graph (2 parts, 78 MiB of files, warm page cache, 2 shared cores):
+sha256 0.19 s, blake2b 0.21 s, md5 0.34 s, sha1 0.16 s; the graph fingerprint 0.16 s; against
+1.7 s for the whole random partitioning.
+The block's layout is described in :mod:`dsgraph.partition.meta`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+
+from dsgraph.errors import DataError
+from dsgraph.partition.meta import (
+    BLOCK,
+    BLOCK_VERSION,
+    PART_FILES,
+    REDO,
+    canonical_json,
+    key_digest,
+    partition_source,
+    read_meta,
+)
+
+if TYPE_CHECKING:  # this module must not load DGL: `python -m partition --if-missing` uses it
+    from dgl import DGLGraph
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of a file's bytes, read in chunks."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def graph_fingerprint(g: DGLGraph) -> str:
+    """sha256 over a graph's node count, edge list (in edge id order) and every node tensor."""
+    h = hashlib.sha256(f"nodes={g.num_nodes()};edges={g.num_edges()}".encode())
+    for t in g.edges():
+        h.update(np.ascontiguousarray(t.numpy(), dtype=np.int64))
+    for key in sorted(g.ndata.keys()):
+        value = g.ndata[key]
+        h.update(f";{key}:{value.dtype}:{tuple(value.shape)};".encode())
+        h.update(np.ascontiguousarray(value.numpy()).view(np.uint8))
+    return h.hexdigest()
+
+
+def config_fingerprint(source: dict | None) -> str:
+    """sha256 of the canonical JSON of the config sections that made a partitioning."""
+    return hashlib.sha256(canonical_json(source)).hexdigest()
+
+
+def integrity_block(folder: Path, meta: dict, graph_fp: str, source: dict | None) -> dict:
+    """The block to store under ``meta[BLOCK]``: checksums of every listed file under ``folder``."""
+    files = {}
+    for k in range(meta["num_parts"]):
+        for f in PART_FILES:
+            rel = meta[f"part-{k}"][f]
+            files[rel] = {"size": (folder / rel).stat().st_size, "sha256": file_sha256(folder / rel)}
+    return {"version": BLOCK_VERSION, "hash": "sha256", "files": files,
+            "meta": {key: key_digest(value) for key, value in meta.items() if key != BLOCK},
+            "graph_fingerprint": graph_fp, "source": source,
+            "config_fingerprint": config_fingerprint(source)}
+
+
+def part_files(meta: dict, part: int) -> list[str]:
+    """The paths (relative to the JSON) of part ``part``'s files."""
+    return [meta[f"part-{part}"][f] for f in PART_FILES]
+
+
+def verify_files(part_json: Path, meta: dict, rels: Iterable[str] | None = None,
+                 checksum: bool | Iterable[str] = True, redo: str = REDO) -> None:
+    """Every listed file (or ``rels``) exists with its recorded size and, where ``checksum``
+    says (True, False or the paths to hash), its recorded sha256; else one-line DataError."""
+    files = meta[BLOCK]["files"]
+    hashed = set(files) if checksum is True else set(checksum or ())
+    for rel in (files if rels is None else rels):
+        rec, path = files[rel], part_json.parent / rel
+        if not path.is_file():
+            if not path.parent.is_dir():
+                raise DataError(f"{path.parent}: part folder missing ({part_json} lists {rel}); "
+                                f"{redo}")
+            raise DataError(f"{path}: file missing ({part_json} lists it); {redo}")
+        size = path.stat().st_size
+        if size != rec["size"]:
+            raise DataError(f"{path}: {size} bytes, expected {rec['size']} as {part_json} "
+                            f"records (truncated or altered); {redo}")
+        if rel in hashed and file_sha256(path) != rec["sha256"]:
+            raise DataError(f"{path}: sha256 differs from the one {part_json} records "
+                            f"(corrupt or altered); {redo}")
+
+
+def check_source(part_json: Path, meta: dict, cfg: Any, redo: str = REDO) -> None:
+    """The partitioning was made with the run's ``partition.num_parts`` and, where the JSON
+    records its config, with the run's dataset and partition settings; names the first that
+    differs."""
+    def fail(key: str, made: Any, says: Any) -> None:
+        raise DataError(f"{part_json}: made with {key}={made}, the config says {says}; {redo}")
+
+    if meta["num_parts"] != cfg.partition.num_parts:
+        fail("partition.num_parts", meta["num_parts"], cfg.partition.num_parts)
+    recorded = meta[BLOCK]["source"]
+    if recorded is None:  # written by library code, not `python -m partition`: nothing to compare
+        return
+    current = partition_source(cfg)
+    for section in ("dataset", "partition"):
+        old, new = recorded.get(section, {}), current[section]
+        for key in [*old, *(k for k in new if k not in old)]:
+            if old.get(key, "<unset>") != new.get(key, "<unset>"):
+                fail(f"{section}.{key}", _show(old.get(key, "<unset>")),
+                     _show(new.get(key, "<unset>")))
+
+
+def _show(value: Any) -> str:
+    """A config value as the user wrote it in YAML (JSON is close enough), markers as they are."""
+    return value if value == "<unset>" else json.dumps(value)
+
+
+def verify_partitions(part_json: Path, cfg: Any, check_files: bool = True) -> None:
+    """The checks of :func:`dsgraph.partition.reader.partition_json` on an existing JSON: keys,
+    config (``cfg``, a :class:`dsgraph.config.Config`) and (``check_files``) every file's size
+    and sha256."""
+    redo = (f"rerun `python -m partition --config {cfg.source} --force` (with the run's --set "
+            f"options)")
+    meta = read_meta(part_json, redo)
+    check_source(part_json, meta, cfg, redo)
+    if check_files:
+        verify_files(part_json, meta, redo=redo)
+
+
+def partition_fingerprint(part_json: str | Path) -> str:
+    """sha256 identifying a partitioning's data: its source graph and the config that made it."""
+    block = read_meta(part_json)[BLOCK]
+    return hashlib.sha256(f"{block['graph_fingerprint']}:{block['config_fingerprint']}"
+                          .encode()).hexdigest()

@@ -1,0 +1,183 @@
+"""Parse and validate a partition JSON: DGL's keys and dsgraph's integrity block, one-line errors.
+
+The integrity block (key ``dsgraph``, ignored by stock ``dgl.distributed.load_partition``) holds:
+
+- ``version`` (1) and ``hash`` (``"sha256"``);
+- ``files``: ``{path relative to the JSON: {"size": bytes, "sha256": hex}}`` for every file the
+  JSON lists (each part's graph structure and node/edge feature files);
+- ``meta``: ``{key: first 16 hex digits of the sha256 of the key's canonical JSON}`` for every
+  DGL key of the JSON, so a hand edit is named by its key;
+- ``graph_fingerprint``: sha256 over the source graph (:func:`dsgraph.partition.integrity.
+  graph_fingerprint`);
+- ``source``: the ``dataset`` and ``partition`` config sections that made the files
+  (:func:`partition_source`; null when written by library code without a config) and
+  ``config_fingerprint``, the sha256 of their canonical JSON.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from dsgraph.errors import DataError
+
+BLOCK = "dsgraph"
+BLOCK_VERSION = 1
+REDO = "re-partition (`python -m partition --force` with the run's --config and --set options)"
+PART_FILES = ("part_graph", "node_feats", "edge_feats")
+# Config keys that do not change the partition files: where they are written, where the
+# generated graph is cached (the cache is keyed by the graph's own parameters).
+IGNORED_KEYS = {"partition": ("out_dir",), "dataset": ("cache_dir",)}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def canonical_json(value: Any) -> bytes:
+    """A stable serialization (sorted keys, no spaces) for hashing JSON values."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def key_digest(value: Any) -> str:
+    """The short digest the integrity block records for one DGL key's value."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()[:16]
+
+
+def partition_source(cfg: Any) -> dict:
+    """The config that decides a partitioning: ``dataset`` and ``partition`` minus IGNORED_KEYS."""
+    return {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
+                   if k not in IGNORED_KEYS[name]}
+            for name in ("dataset", "partition")}
+
+
+def read_meta(part_json: str | Path, redo: str = REDO) -> dict:
+    """The partition JSON, checked to hold consistent DGL keys and a well-formed integrity block.
+
+    Raises :class:`DataError` with one line naming the file and the key for an unreadable,
+    truncated, non-JSON or hand-edited file, or one written before dsgraph recorded checksums.
+    """
+    path = Path(part_json)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: partition JSON not found; run `python -m partition` "
+                        f"first") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: expected a UTF-8 partition JSON, got an undecodable byte at "
+                        f"offset {exc.start}; {redo}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the partition JSON: {exc.strerror or exc}") from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column "
+                        f"{exc.colno}; truncated or edited?); {redo}") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: expected a JSON object of partition keys, got "
+                        f"{type(meta).__name__}; {redo}")
+    # The digests first: a hand edit is then named by the key that was edited, not by a key
+    # that merely became inconsistent with it.
+    _check_block(meta, path, redo)
+    _check_digests(meta, path, redo)
+    _check_dgl_keys(meta, path, redo)
+    _check_files_listed(meta, path, redo)
+    return meta
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_dgl_keys(meta: dict, path: Path, redo: str) -> None:
+    """DGL's keys: present, of the right type, and the id maps consistent with the counts."""
+    def fail(key: str, expected: str) -> None:
+        got = json.dumps(meta[key]) if key in meta else "nothing"
+        if len(got) > 60:
+            got = got[:57] + "..."
+        raise DataError(f"{path}: {key}: expected {expected}, got {got}; {redo}")
+
+    if not isinstance(meta.get("graph_name"), str) or not meta["graph_name"]:
+        fail("graph_name", "a non-empty string")
+    for key, low in (("num_parts", 1), ("num_nodes", 1), ("num_edges", 0), ("halo_hops", 1)):
+        if not _is_int(meta.get(key)) or meta[key] < low:
+            fail(key, f"an integer >= {low}")
+    for key in ("ntypes", "etypes"):
+        if not isinstance(meta.get(key), dict) or len(meta[key]) != 1:
+            fail(key, "a mapping with one type (a homogeneous graph)")
+    parts = meta["num_parts"]
+    for key, total, count in (("node_map", meta["num_nodes"], "num_nodes"),
+                              ("edge_map", meta["num_edges"], "num_edges")):
+        value = meta.get(key)
+        if not isinstance(value, dict) or len(value) != 1:
+            fail(key, "a mapping with one type (a homogeneous graph)")
+        ranges = next(iter(value.values()))
+        if not isinstance(ranges, list) or len(ranges) != parts:
+            fail(key, f"num_parts={parts} id ranges")
+        if not all(isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in ranges):
+            fail(key, "[start, end] integer pairs")
+        ends = [0] + [r[1] for r in ranges]
+        empty_ok = key == "edge_map"  # a part may own no edge, never no node
+        if any(r[0] != e or r[1] < r[0] or (r[1] == r[0] and not empty_ok)
+               for r, e in zip(ranges, ends)) or ends[-1] != total:
+            fail(key, f"contiguous ranges covering 0..{count}={total}")
+    for k in range(parts):
+        entry = meta.get(f"part-{k}")
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(f), str) and entry[f]
+                                                  for f in PART_FILES):
+            fail(f"part-{k}", "a mapping of " + ", ".join(PART_FILES) + " to file paths")
+
+
+def _check_block(meta: dict, path: Path, redo: str) -> None:
+    """The integrity block: present, of this format version, every field of the right type."""
+    block = meta.get(BLOCK)
+    if block is None:
+        raise DataError(f"{path}: no '{BLOCK}' integrity block (written before dsgraph recorded "
+                        f"checksums, or not by dsgraph); {redo}")
+
+    def fail(key: str, expected: str) -> None:
+        raise DataError(f"{path}: {BLOCK}{'.' if key else ''}{key}: expected {expected}; {redo}")
+
+    if not isinstance(block, dict):
+        fail("", "a mapping")
+    if block.get("version") != BLOCK_VERSION:
+        fail("version", f"{BLOCK_VERSION} (this dsgraph's format), got {block.get('version')!r}")
+    if block.get("hash") != "sha256":
+        fail("hash", f"'sha256', got {block.get('hash')!r}")
+    for key in ("graph_fingerprint", "config_fingerprint"):
+        if not isinstance(block.get(key), str) or not _HEX64.fullmatch(block[key]):
+            fail(key, "a sha256 hex digest")
+    if block.get("source") is not None and not (
+            isinstance(block["source"], dict)
+            and all(isinstance(v, dict) for v in block["source"].values())):
+        fail("source", "a mapping of config sections or null")
+    if not isinstance(block.get("meta"), dict):
+        fail("meta", "a mapping of key digests")
+    files = block.get("files")
+    if not isinstance(files, dict):
+        fail("files", "a mapping of file paths to size and sha256")
+    for rel, rec in files.items():
+        if not (isinstance(rec, dict) and _is_int(rec.get("size")) and rec["size"] >= 0
+                and isinstance(rec.get("sha256"), str) and _HEX64.fullmatch(rec["sha256"])):
+            fail(f"files.{rel}", '{"size": bytes, "sha256": hex digest}')
+
+
+def _check_digests(meta: dict, path: Path, redo: str) -> None:
+    """Every DGL key as written: none added, removed or changed since partitioning."""
+    recorded = meta[BLOCK]["meta"]
+    keys = [k for k in meta if k != BLOCK]
+    for key in keys + sorted(set(recorded) - set(keys)):
+        if recorded.get(key) != (key_digest(meta[key]) if key in meta else None):
+            what = "added" if key not in recorded else "removed" if key not in meta else "changed"
+            raise DataError(f"{path}: {key}: {what} after partitioning (the integrity block's "
+                            f"digest of it differs; hand-edited?); {redo}")
+
+
+def _check_files_listed(meta: dict, path: Path, redo: str) -> None:
+    """Every file a part lists has a recorded size and checksum."""
+    files = meta[BLOCK]["files"]
+    for k in range(meta["num_parts"]):
+        for f in PART_FILES:
+            if meta[f"part-{k}"][f] not in files:
+                raise DataError(f"{path}: {BLOCK}.files: expected an entry for part-{k}.{f} "
+                                f"({meta[f'part-{k}'][f]}); {redo}")
