@@ -102,13 +102,18 @@ def load_weights(run_dir: str | Path, model: torch.nn.Module, which: str = "best
     ckpt = (load(run_dir, "best") if which == "best" else None) or load(run_dir, "last")
     if ckpt is None:
         raise UserError(f"{run_dir}: no checkpoint (is it a finished dsgraph run folder?)")
+    _load_model_state(run_dir, model, ckpt)
+    return int(ckpt["epoch"])
+
+
+def _load_model_state(run_dir: str | Path, model: torch.nn.Module, ckpt: dict[str, Any]) -> None:
+    """Load the checkpoint's weights; a model whose parameters differ is a one-line error."""
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         raise UserError(f"{run_dir}: the checkpoint does not fit the configured model "
                         f"({first[0] if first else exc})") from None
-    return int(ckpt["epoch"])
 
 
 def run_fingerprint(cfg: Any, data: str | None = None) -> dict[str, Any]:
@@ -161,7 +166,7 @@ def restore(run_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.
     ckpt = load(run_dir)
     if ckpt is None:
         return 1
-    model.load_state_dict(ckpt["model"])
+    _load_model_state(run_dir, model, ckpt)
     optimizer.load_state_dict(ckpt["optimizer"])
     states = ckpt.get("rng") or []
     if rank < len(states):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_text
 
 # Columns of the end-of-run table, when some epoch record has them.
@@ -42,7 +43,16 @@ class MetricsLog:
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """A finished run's metrics.json."""
-    return json.loads((Path(run_dir) / "metrics.json").read_text())
+    path = Path(run_dir) / "metrics.json"
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing (the run has not finished)") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return summary
 
 
 def update_summary(run_dir: str | Path, **values: Any) -> dict[str, Any]:
@@ -71,7 +81,26 @@ def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # no newline after it: an append cut short by a kill
+                break
+            raise UserError(f"{path}: line {number} is not a JSON record") from None
+        if not isinstance(record, dict) or not isinstance(record.get("epoch"), int):
+            raise UserError(f"{path}: line {number}: expected a JSON object with an integer "
+                            f"epoch")
+        records.append(record)
+    return records
 
 
 def format_value(v: Any) -> str:

@@ -207,3 +207,16 @@ def test_user_model_faults_are_one_line(tmp_path, monkeypatch):
     assert str(exc.value) == ("model.args: Net(in_feats=3, num_classes=2, **{'hidden': 8}) "
                               "raised ValueError: hidden must be <= 4")
     assert json.dumps(str(exc.value))  # one plain line
+
+
+# --- run files ------------------------------------------------------------------------------
+
+def test_metrics_log_survives_an_append_cut_short_and_names_a_corrupt_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "loss": 2.0}\n{"epoch": 2, "lo')
+    assert read_records(tmp_path) == [{"epoch": 1, "loss": 2.0}]
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\ngarbage\n{"epoch": 3}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl: line 2 is not a JSON record"):
+        read_records(tmp_path)
+    (tmp_path / "metrics.json").write_text('{"test_acc": 0.')
+    with pytest.raises(UserError, match=r"metrics.json: unreadable"):
+        read_summary(tmp_path)

@@ -1,8 +1,9 @@
 """``python -m train --config C [--out RUN] [--set ...] [--resume] [--force]``: train one run.
 
-Resolves the config, prepares the run folder, runs the mode's launcher-side checks, starts every
-process of the job (``train.worker`` on each rank; DistGraph servers too in ``sampled`` mode)
-under one supervised launcher, and prints the run's table when it ends.
+Resolves the config, runs the mode's launcher-side checks, prepares the run folder (nothing is
+touched before every check passed), starts every process of the job (``train.worker`` on each
+rank; DistGraph servers too in ``sampled`` mode) under one supervised launcher, draws the run's
+``curves.png`` and prints its table. ``python -m train --plot RUN`` redraws the curves of a run.
 """
 from __future__ import annotations
 
@@ -10,27 +11,34 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.launch import run_workers
+from dsgraph.checkpoint import run_fingerprint
 from dsgraph.config import Config
+from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
 from dsgraph.metrics import print_summary, read_summary, update_summary
+from dsgraph.models.registry import resolve as resolve_model
+from dsgraph.partition import partition_fingerprint
 from dsgraph.runs import prepare_run_dir
 from train import strategy_class
 
 WORKER = "train.worker"
 
 
-def launch(cfg: Config, run_dir: Path, resume: bool, worker_args: Sequence[str] = ()) -> dict:
+def launch(cfg: Config, run_dir: Path, resume: bool, worker_args: Sequence[str] = (),
+           prepared: Any = None) -> dict:
     """Run the job of ``cfg`` in ``run_dir``; return its metrics.json (with launcher figures).
 
-    ``worker_args`` go to every ``train.worker`` (``--hook``s, say).
+    ``worker_args`` go to every ``train.worker`` (``--hook``s, say); ``prepared`` is what the
+    mode's launcher-side :meth:`~dsgraph.trainer.Strategy.prepare` returned (run here if None).
     """
     t0 = time.perf_counter()
-    prepared = strategy_class(cfg.train.mode).prepare(cfg)
+    if prepared is None:
+        prepared = strategy_class(cfg.train.mode).prepare(cfg)
     args = [*(["--resume"] if resume else []), *worker_args]
     if cfg.train.mode == "sampled":
         peaks = run_dgl_job(run_dir, prepared, cfg.cluster, WORKER, args, cfg.train.timeout_s)
@@ -50,12 +58,28 @@ def main(argv: list[str] | None = None) -> None:
     config_mod.add_cli_args(parser)
     parser.add_argument("--out", help="run folder (default: train.out_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    parser.add_argument("--force", action="store_true", help="replace an existing run folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing run folder (only one dsgraph created)")
+    parser.add_argument("--plot", metavar="RUN", type=Path,
+                        help="only redraw RUN/curves.png from its metrics.jsonl")
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        print(f"curves written to {plot_curves(args.plot)}")
+        return
     cfg = config_mod.load(args.config, args.overrides)
-    run_dir = prepare_run_dir(cfg, args.out, args.resume, args.force)
-    launch(cfg, run_dir, args.resume)
+    resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
+    prepared = strategy_class(cfg.train.mode).prepare(cfg)
+    fingerprint = run_fingerprint(cfg, data_fingerprint(prepared))
+    run_dir = prepare_run_dir(cfg, args.out, args.resume, args.force, fingerprint)
+    launch(cfg, run_dir, args.resume, prepared=prepared)
+    plot_curves(run_dir)
     print_summary(run_dir)
+
+
+def data_fingerprint(prepared: Any) -> str | None:
+    """The partitions' fingerprint when the mode trains on partition files (their JSON path is
+    what the graph modes' ``prepare`` returns), else None (the config names the data)."""
+    return partition_fingerprint(prepared) if isinstance(prepared, Path) else None
 
 
 if __name__ == "__main__":
