@@ -54,7 +54,9 @@ def test_int_is_accepted_for_float_field(tmp_path):
 
 def test_dump_and_load_round_trip(tmp_path):
     cfg = cfgmod.load(None, ["partition.num_parts=4", "sampled.fanouts=[5, 7]",
-                             "model.args={hidden: 32}", "dataset.path=g.npz"])
+                             "model.args={hidden: 32}", "dataset.name=file",
+                             "dataset.path=g.npz", "dataset.split=[0.5, 0.25, 0.25]",
+                             "dataset.add_reverse_edges=true"])
     cfgmod.dump(cfg, tmp_path / "resolved.yaml")
     back = cfgmod.load(tmp_path / "resolved.yaml")
     assert back == cfg
@@ -177,6 +179,10 @@ def test_partition_cli_config_errors_exit_2_one_line(tmp_path):
         (["--config", "missing.yaml"], "error: missing.yaml: config file not found"),
         (["--config", "bad.yaml", "--set", "partition.num_parts=2", "--set", "nonsense"],
          "error: --set nonsense: expected section.key=value"),
+        (["--config", "bad.yaml", "--set", "partition.num_parts=2", "--set",
+          "dataset.path=nowhere.npz"],
+         "error: bad.yaml: dataset.path: dataset 'synthetic' does not read it (only file, csv, "
+         "ogb do); remove it or set dataset.name, got 'nowhere.npz'"),
     ]
     assert bad.exists()
     for args, line in cases:
@@ -220,7 +226,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
     (["train.mode=dsmpnn"],
      "dataset.name: expected 'darcy' or 'airfoil' for train.mode 'dsmpnn', got 'synthetic'"),
     (["dataset.name=darcy"],
-     "dataset.name: expected 'synthetic' or 'file' for train.mode 'sampled', got 'darcy'"),
+     "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb' for train.mode 'sampled', "
+     "got 'darcy'"),
     (["train.dtype=float64"],
      "train.dtype: expected 'float32' for train.mode 'sampled' (DistGraph serves float32 "
      "features), got 'float64'"),
@@ -255,6 +262,110 @@ def test_non_utf8_config_is_one_line_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         cfgmod.load(p)
     assert str(err.value).startswith(f"{p}: expected UTF-8 text") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"train:\n  epochs: 2\n\x00\x01\x02", "expected a YAML text file, got binary data (a NUL "
+                                          "byte at offset 19)"),
+    (b"\x1f\x8b\x08gzip", "expected UTF-8 text, got undecodable byte at offset 1"),
+    (b"train:\n  epochs: 2\x07\n", "expected YAML text, got the control character '\\x07' at "
+                                  "offset 18"),
+    (b"train:\n\tepochs: 2\n", "malformed YAML at line 2: found character '\\t' that cannot "
+                             "start any token"),
+    (b"train:\n  epochs: 2\n  epochs: 3\n",
+     "malformed YAML at line 3: duplicate key 'epochs' (first given at line 2)"),
+    (b"train: {}\npartition: {}\ntrain: {}\n",
+     "malformed YAML at line 3: duplicate key 'train' (first given at line 1)"),
+    (b"train: {}\n---\npartition: {}\n",
+     "malformed YAML at line 2: expected a single document in the stream, but found another "
+     "document"),
+    (b"just a sentence\n", "expected a mapping of sections at the top level, got str"),
+    (b"1: {}\ntrain: {}\n", f"1: unknown section; allowed sections: {SECTIONS}"),
+    (b"partition:\n  3: x\n  num_parts: 2\n", "partition.3: unknown key; allowed keys: "
+                                              "balance_edges, balance_train, graph_name, "
+                                              "halo_hops, method, num_parts, out_dir, seed"),
+])
+def test_every_broken_yaml_is_one_line(tmp_path, data, message):
+    p = tmp_path / "run.yaml"
+    p.write_bytes(data)
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(p)
+    assert str(err.value) == f"{p}: {message}"
+
+
+def test_yaml_merge_keys_may_override(tmp_path):
+    # "<<" merges are the one way YAML gives a key twice on purpose: the explicit key wins
+    text = "train:\n  <<: {epochs: 2, lr: 0.5}\n  epochs: 4\n"
+    cfg = cfgmod.load(write(tmp_path, text))
+    assert (cfg.train.epochs, cfg.train.lr) == (4, 0.5)
+
+
+def test_unreadable_config_is_one_line(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    p = write(tmp_path, "train: {}\n")
+    p.chmod(0)
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(p)
+    assert str(err.value) == f"{p}: cannot read the config file (Permission denied)"
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["dataset.path=g.npz"], "dataset.path: dataset 'synthetic' does not read it (only file, "
+                             "csv, ogb do); remove it or set dataset.name, got 'g.npz'"),
+    (["train.mode=dsmpnn", "dataset.name=darcy", "dataset.path=/does/not/exist"],
+     "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb do); remove it or set "
+     "dataset.name, got '/does/not/exist'"),
+    (["train.mode=dsmpnn", "dataset.name=airfoil", "dataset.split=[0.5, 0.5, 0]"],
+     "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb do); remove it or "
+     "set dataset.name, got [0.5, 0.5, 0]"),
+    (["dataset.add_reverse_edges=true"],
+     "dataset.add_reverse_edges: dataset 'synthetic' does not read it (only file, csv, ogb do); "
+     "remove it or set dataset.name, got True"),
+    (["dataset.name=ogb"], "dataset.path: expected an OGB dataset folder (holding raw/ and "
+                           "split/) when dataset.name is 'ogb', got None"),
+    (["dataset.name=csv", "dataset.path="], "dataset.path: expected a DGL CSV dataset folder "
+                                            "(holding meta.yaml) when dataset.name is 'csv', "
+                                            "got ''"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=[0.5, 0.5]"],
+     "dataset.split: expected [train, val, test] fractions, each >= 0, train > 0, summing to "
+     "<= 1, got [0.5, 0.5]"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=[0.8, 0.2, 0.1]"],
+     "dataset.split: expected [train, val, test] fractions, each >= 0, train > 0, summing to "
+     "<= 1, got [0.8, 0.2, 0.1]"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=[0, 0.5, 0.5]"],
+     "dataset.split: expected [train, val, test] fractions, each >= 0, train > 0, summing to "
+     "<= 1, got [0, 0.5, 0.5]"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=[0.5, -0.1, 0.1]"],
+     "dataset.split: expected [train, val, test] fractions, each >= 0, train > 0, summing to "
+     "<= 1, got [0.5, -0.1, 0.1]"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=[0.5, true, 0.1]"],
+     "dataset.split: expected [train, val, test] fractions, each >= 0, train > 0, summing to "
+     "<= 1, got [0.5, True, 0.1]"),
+    (["dataset.name=file", "dataset.path=g.npz", "dataset.split=0.8"],
+     "dataset.split: expected a list, got 0.8"),
+    (["dataset.name=ogb", "dataset.path=x", "dataset.add_reverse_edges=1"],
+     "dataset.add_reverse_edges: expected one of 'auto', true, false, got 1"),
+    (["dataset.num_nodes=10", "dataset.train_frac=0.04"],
+     "dataset.train_frac: 0.04 of dataset.num_nodes 10 rounds to no training node; expected "
+     "train_frac * num_nodes > 0.5"),
+])
+def test_dataset_inputs_only_where_read(sets, message):
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(None, sets)
+    assert str(err.value) == f"<defaults>: {message}"
+
+
+def test_file_dataset_settings_accepted():
+    cfg = cfgmod.load(None, ["dataset.name=ogb", "dataset.path=/data/ogbn_arxiv",
+                             "dataset.split=[0.8, 0.1, 0.1]", "dataset.add_reverse_edges=false"])
+    d = cfg.dataset
+    assert (d.name, d.path, d.split, d.add_reverse_edges) == ("ogb", "/data/ogbn_arxiv",
+                                                              [0.8, 0.1, 0.1], False)
+    assert cfgmod.load(None, ["dataset.name=csv", "dataset.path=x",
+                              "dataset.add_reverse_edges=auto"]).dataset.add_reverse_edges == "auto"
+    # a path that does not exist is the loader's error (workers on other hosts never read it)
+    assert cfgmod.load(None, ["dataset.name=file", "dataset.path=/nope.npz"]).dataset.path
 
 
 def test_every_field_has_a_doc_and_the_readme_table_is_current():

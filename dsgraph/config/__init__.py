@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dsgraph.config.checks import cross_check
 from dsgraph.config.schema import build_section, reference_rows
+from dsgraph.config.yamlfile import read_yaml
 from dsgraph.config.sections import (
     ClusterConfig,
     CompressionConfig,
@@ -46,7 +46,7 @@ def from_dict(data: Any, src: str = "<config>") -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: expected a mapping of sections at the top level, got {data!r}")
-    unknown = sorted(set(data) - set(SECTIONS))
+    unknown = sorted(set(data) - set(SECTIONS), key=str)  # YAML keys need not be strings
     if unknown:
         raise ConfigError(f"{src}: {unknown[0]}: unknown section; allowed sections: "
                           + ", ".join(SECTIONS))
@@ -96,18 +96,9 @@ def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] 
     src = str(path) if path is not None else "<defaults>"
     data: Any = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{src}: config file not found")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{src}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{src}: expected UTF-8 text, got undecodable byte at offset "
-                              f"{exc.start}") from None
+        data = read_yaml(path)
+        if data is None:
+            data = {}
         if not isinstance(data, dict):
             raise ConfigError(f"{src}: expected a mapping of sections at the top level, "
                               f"got {type(data).__name__}")

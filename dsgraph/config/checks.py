@@ -4,8 +4,11 @@ from __future__ import annotations
 from dsgraph.config.sections import Config
 from dsgraph.errors import ConfigError
 
-GRAPH_DATASETS = ("synthetic", "file")
+GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
 FIELD_DATASETS = ("darcy", "airfoil")
+FILE_DATASETS = ("file", "csv", "ogb")  # the datasets that read dataset.path
+PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
+               "ogb": "an OGB dataset folder (holding raw/ and split/)"}
 
 
 def cross_check(cfg: Config) -> None:
@@ -14,13 +17,13 @@ def cross_check(cfg: Config) -> None:
     if d.train_frac + d.val_frac + d.test_frac > 1.0 + 1e-9:
         raise ConfigError(f"{src}: dataset.train_frac: expected train_frac + val_frac + test_frac "
                           f"<= 1, got {d.train_frac + d.val_frac + d.test_frac:g}")
-    if d.name == "file" and not d.path:
-        raise ConfigError(f"{src}: dataset.path: expected a graph file path when dataset.name is "
-                          f"'file', got {d.path!r}")
+    check_dataset_inputs(cfg)
     wanted = FIELD_DATASETS if t.mode == "dsmpnn" else GRAPH_DATASETS
     if d.name not in wanted:
-        raise ConfigError(f"{src}: dataset.name: expected {' or '.join(map(repr, wanted))} for "
-                          f"train.mode {t.mode!r}, got {d.name!r}")
+        choices = (" or ".join(map(repr, wanted)) if len(wanted) == 2
+                   else "one of " + ", ".join(map(repr, wanted)))
+        raise ConfigError(f"{src}: dataset.name: expected {choices} for train.mode {t.mode!r}, "
+                          f"got {d.name!r}")
     if t.mode == "sampled" and t.dtype != "float32":
         raise ConfigError(f"{src}: train.dtype: expected 'float32' for train.mode 'sampled' "
                           f"(DistGraph serves float32 features), got {t.dtype!r}")
@@ -38,3 +41,32 @@ def cross_check(cfg: Config) -> None:
     if netns and not cfg.cluster.ip_config:
         raise ConfigError(f"{src}: cluster.ip_config: expected the machines' addresses (one "
                           f"'IP [PORT]' line per namespace) with cluster.netns, got null")
+
+
+def check_dataset_inputs(cfg: Config) -> None:
+    """``path``, ``split`` and ``add_reverse_edges``: given exactly where the dataset reads them."""
+    src, d = cfg.source, cfg.dataset
+    if d.name in FILE_DATASETS:
+        if not d.path:
+            raise ConfigError(f"{src}: dataset.path: expected {PATH_WANTED[d.name]} when "
+                              f"dataset.name is {d.name!r}, got {d.path!r}")
+    else:
+        # Silently ignoring these would train on other data than the user meant.
+        for key, value, unset in (("path", d.path, None), ("split", d.split, None),
+                                  ("add_reverse_edges", d.add_reverse_edges, "auto")):
+            if value != unset:
+                raise ConfigError(f"{src}: dataset.{key}: dataset {d.name!r} does not read it "
+                                  f"(only {', '.join(FILE_DATASETS)} do); remove it or set "
+                                  f"dataset.name, got {value!r}")
+    if d.split is not None:
+        fracs = d.split
+        ok = (len(fracs) == 3
+              and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in fracs)
+              and all(f >= 0 for f in fracs) and fracs[0] > 0 and sum(fracs) <= 1.0 + 1e-9)
+        if not ok:
+            raise ConfigError(f"{src}: dataset.split: expected [train, val, test] fractions, "
+                              f"each >= 0, train > 0, summing to <= 1, got {fracs!r}")
+    if d.name == "synthetic" and round(d.train_frac * d.num_nodes) < 1:
+        raise ConfigError(f"{src}: dataset.train_frac: {d.train_frac:g} of "
+                          f"dataset.num_nodes {d.num_nodes} rounds to no training node; "
+                          f"expected train_frac * num_nodes > 0.5")

@@ -28,12 +28,17 @@ def describe(tp: Any) -> str:
     """What a value of annotation ``tp`` must look like, in words."""
     origin = typing.get_origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+        return "one of " + ", ".join(_choice(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return describe(inner[0]) + " or null"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
             list: "a list", dict: "a mapping"}.get(origin or tp, str(tp))
+
+
+def _choice(value: Any) -> str:
+    """A Literal choice as a YAML user writes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
@@ -43,8 +48,9 @@ def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
 
     origin = typing.get_origin(tp)
     if origin is Literal:
-        choices = typing.get_args(tp)
-        if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
+        # 1 == True in Python: a choice matches only a value of the same bool-ness.
+        if not any(value == c and isinstance(value, bool) == isinstance(c, bool)
+                   for c in typing.get_args(tp)):
             fail(describe(tp))
         return value
     if origin in (typing.Union, types.UnionType):
@@ -95,7 +101,7 @@ def build_section(cls: type, data: Any, section: str, src: str) -> Any:
         raise ConfigError(f"{src}: {section}: expected a mapping of keys, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)  # YAML keys need not be strings
     if unknown:
         where = f"{section}.{unknown[0]}"
         if where in MOVED:

@@ -14,16 +14,27 @@ from dsgraph.config.fields import opt
 
 @dataclass
 class DatasetConfig:
-    """Which data to train on: a generated graph, a user's graph file or physics fields."""
+    """Which data to train on: a generated graph, a user's graph files or physics fields."""
 
-    name: Literal["synthetic", "file", "darcy", "airfoil"] = opt(
-        "synthetic", "`synthetic` and `file` are graphs (modes `sampled`, `sar`); `darcy` and "
-        "`airfoil` are physics fields (mode `dsmpnn`)")
-    path: Optional[str] = opt(None, "for `file`: a `dgl.save_graphs` file or an `.npz` (`src`, "
-                                    "`dst`, `feat`, `label`, masks)")
-    cache_dir: str = opt("data", "generated datasets are cached here, keyed by a hash of their "
-                                 "parameters")
-    seed: int = opt(0, "seed of the generated dataset")
+    name: Literal["synthetic", "file", "csv", "ogb", "darcy", "airfoil"] = opt(
+        "synthetic", "graphs (modes `sampled`, `sar`): `synthetic` (generated), `file`, `csv` "
+        "(a DGL CSV folder), `ogb` (an OGB node-property folder); physics fields (mode "
+        "`dsmpnn`): `darcy`, `airfoil`")
+    path: Optional[str] = opt(None, "what `file`, `csv` and `ogb` read (other datasets take "
+                                    "none): a `dgl.save_graphs` file or an `.npz` (`src`, "
+                                    "`dst`, `feat`, `label`, masks); a DGL CSV folder "
+                                    "(`meta.yaml`); an OGB folder (`raw/`, `split/`)")
+    split: Optional[list] = opt(None, "`file`/`csv`/`ogb`: `[train, val, test]` fractions of "
+                                      "the labelled nodes, drawn with `seed`; when set it "
+                                      "replaces the file's masks or OGB's official split "
+                                      "(needed if the data has none)")
+    add_reverse_edges: Literal["auto", True, False] = opt(
+        "auto", "`file`/`csv`/`ogb`: append every edge reversed; `auto` = OGB's convention "
+                "per dataset (ogbn-products, -proteins: yes; -arxiv, -papers100M: no; by the "
+                "folder's name), the edges as stored for `file` and `csv`")
+    cache_dir: str = opt("data", "generated datasets and parsed `csv` folders are cached here, "
+                                 "keyed by a hash of their parameters or files")
+    seed: int = opt(0, "seed of the generated dataset and of `split`")
     num_nodes: int = opt(100_000, "synthetic graph: nodes", ge=10)
     avg_degree: float = opt(10.0, "synthetic graph: mean in-degree", gt=0)
     num_classes: int = opt(40, "synthetic graph: classes (= communities)", ge=2)
@@ -31,9 +42,12 @@ class DatasetConfig:
     homophily: float = opt(0.85, "fraction of edges inside a community", ge=0, le=1)
     feat_signal: float = opt(0.2, "features = `feat_signal * mu[class] + N(0, 1)`", ge=0)
     degree_alpha: float = opt(2.5, "Pareto exponent of the expected degrees", gt=1)
-    train_frac: float = opt(0.1, "fraction of nodes in the training mask", gt=0, lt=1)
-    val_frac: float = opt(0.1, "fraction in the validation mask (disjoint)", ge=0, lt=1)
-    test_frac: float = opt(0.1, "fraction in the test mask (disjoint)", gt=0, lt=1)
+    train_frac: float = opt(0.1, "synthetic graph: fraction of nodes in the training mask "
+                                 "(user files: `split`)", gt=0, lt=1)
+    val_frac: float = opt(0.1, "synthetic graph: fraction in the validation mask (disjoint)",
+                          ge=0, lt=1)
+    test_frac: float = opt(0.1, "synthetic graph: fraction in the test mask (disjoint)",
+                           gt=0, lt=1)
 
 
 @dataclass

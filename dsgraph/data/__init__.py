@@ -1,4 +1,4 @@
-"""Datasets: synthetic community graphs, user graph files, and physics fields (Darcy, airfoil)."""
+"""Datasets: synthetic community graphs, user graph files (npz/DGL, DGL CSV, OGB), physics."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,22 +7,46 @@ import dgl
 
 from dsgraph.config import DatasetConfig
 from dsgraph.data.cache import cached, param_hash
+from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.files import load_graph_file
+from dsgraph.data.ogb import load_ogb
 from dsgraph.data.synthetic import generate
-from dsgraph.errors import ConfigError
+from dsgraph.errors import ConfigError, DataError
 
 GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+# DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
+NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
 
-def load_graph(cfg: DatasetConfig):
+def load_graph(cfg: DatasetConfig) -> dgl.DGLGraph:
     """The node-classification DGLGraph for ``cfg`` (ndata: feat, label, *_mask)."""
-    if cfg.name == "file":
-        return load_graph_file(cfg.path)
-    if cfg.name != "synthetic":
+    if cfg.name in ("file", "csv", "ogb"):
+        g = _load_file_dataset(cfg)
+    elif cfg.name == "synthetic":
+        g = _load_synthetic(cfg)
+    else:
         raise ConfigError(f"dataset.name: {cfg.name!r} is a physics dataset; expected "
-                          f"'synthetic' or 'file' for graph training")
+                          f"'synthetic', 'file', 'csv' or 'ogb' for graph training")
+    if not bool(g.ndata["train_mask"].any()):  # the file loaders check this with the file named
+        raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes()} nodes gives no "
+                        f"training node; raise dataset.train_frac or dataset.num_nodes")
+    return g
 
-    params = {k: v for k, v in vars(cfg).items() if k not in ("cache_dir", "path", "name")}
+
+def _load_file_dataset(cfg: DatasetConfig) -> dgl.DGLGraph:
+    """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``."""
+    split = cfg.split
+    if cfg.name == "ogb":
+        return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges)
+    reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
+    if cfg.name == "csv":
+        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse)
+    return load_graph_file(cfg.path, split, cfg.seed, reverse)
+
+
+def _load_synthetic(cfg: DatasetConfig) -> dgl.DGLGraph:
+    """The generated graph, cached under ``cache_dir`` by a hash of its parameters."""
+    params = {k: v for k, v in vars(cfg).items() if k not in NOT_SYNTHETIC}
     path = Path(cfg.cache_dir) / f"synthetic-{param_hash(params)}.dgl"
 
     def load(p: str):

@@ -1,0 +1,204 @@
+"""Node-classification arrays read from a user's files: checks, masks and the DGLGraph built.
+
+Every reader (``file``, ``csv``, ``ogb``) turns its input into numpy arrays: ``src`` / ``dst``
+edge lists, ``feat`` (nodes x features), ``label`` (one class id per node, ``-1`` = unlabelled
+where the format allows it) and optional boolean masks. The checks here raise
+:class:`DataError` with one line naming the file an array came from (``sources[key]``) and the
+key, so a bad input is reported before it can crash a distributed job later.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping, Optional, Sequence
+
+import dgl
+import numpy as np
+import torch
+
+from dsgraph.data.split import MASKS, random_split
+from dsgraph.errors import DataError
+
+UNLABELLED = -1  # label of a node without a class (NaN in OGB / CSV label files)
+
+
+class Sources(dict):
+    """Which file each array came from, for error messages; a missing key names ``default``."""
+
+    def __init__(self, default: str, **named: str) -> None:
+        super().__init__(named)
+        self.default = default
+
+    def __missing__(self, key: str) -> str:
+        return self.default
+
+
+def short_error(exc: BaseException) -> str:
+    """The gist of a library error: first line, without DGL's timestamp/source-file prefix."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    text = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", text)  # "[04:49:55] /opt/dgl/src/x.cc:128: "
+    if text.startswith("Check failed") and ": " in text:
+        text = text.rsplit(": ", 1)[1]  # DGL's reason follows its internal assertion text
+    return text[:200]
+
+
+def check_feat(where: Mapping[str, str], feat: np.ndarray) -> int:
+    """Check the feature matrix (2-D, floating point, finite); return its rows (= nodes)."""
+    if feat.ndim != 2:
+        raise DataError(f"{where['feat']}: feat: expected a 2-D array (one row per node), got "
+                        f"shape {tuple(feat.shape)}")
+    if not np.issubdtype(feat.dtype, np.floating):
+        raise DataError(f"{where['feat']}: feat: expected floating-point features, got dtype "
+                        f"{feat.dtype}")
+    n = feat.shape[0]
+    if n == 0:
+        raise DataError(f"{where['feat']}: feat: expected at least one node, got 0 rows")
+    bad = ~np.isfinite(feat)
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))
+        raise DataError(f"{where['feat']}: feat: {int(bad.sum())} NaN/inf values in {rows.size} "
+                        f"rows (first in row {int(rows[0])})")
+    return n
+
+
+def check_label(where: Mapping[str, str], label: np.ndarray, n: int,
+                unlabelled_ok: bool = False) -> None:
+    """Check one integer class id per node (``-1``, unlabelled, allowed if ``unlabelled_ok``)."""
+    if label.ndim != 1 or label.shape[0] != n:
+        raise DataError(f"{where['label']}: label: expected a 1-D array of length {n} (one per "
+                        f"feat row), got shape {tuple(label.shape)}")
+    if not np.issubdtype(label.dtype, np.integer):
+        raise DataError(f"{where['label']}: label: expected integer class ids, got dtype "
+                        f"{label.dtype}")
+    low = UNLABELLED if unlabelled_ok else 0
+    if label.size and label.min() < low:
+        first = int(np.flatnonzero(label < low)[0])
+        raise DataError(f"{where['label']}: label: expected class ids >= 0, got "
+                        f"{int(label[first])} at node {first}")
+
+
+def check_edges(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, n: int) -> None:
+    """Check the edge lists: 1-D integer node ids in ``[0, n)``, as many sources as targets."""
+    for key, ids in (("src", src), ("dst", dst)):
+        if ids.ndim != 1:
+            raise DataError(f"{where[key]}: {key}: expected a 1-D array of node ids, got shape "
+                            f"{tuple(ids.shape)}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise DataError(f"{where[key]}: {key}: expected integer node ids, got dtype "
+                            f"{ids.dtype}")
+        if ids.size:
+            out = (ids < 0) | (ids >= n)
+            if out.any():
+                first = int(np.flatnonzero(out)[0])
+                raise DataError(f"{where[key]}: {key}: {int(out.sum())} node ids outside "
+                                f"[0, {n}) (the number of feat rows), first {int(ids[first])} "
+                                f"at edge {first}")
+    if src.shape[0] != dst.shape[0]:
+        raise DataError(f"{where['dst']}: dst: expected as many entries as src ({src.shape[0]}), "
+                        f"got {dst.shape[0]}")
+
+
+def check_masks(where: Mapping[str, str], masks: Mapping[str, np.ndarray], n: int) -> None:
+    """Check the three masks: 1-D, ``n`` long, boolean or 0/1; at least one training node."""
+    for key in MASKS:
+        mask = masks[key]
+        if mask.ndim != 1 or mask.shape[0] != n:
+            raise DataError(f"{where[key]}: {key}: expected a 1-D array of length {n} (one per "
+                            f"feat row), got shape {tuple(mask.shape)}")
+        if mask.dtype != np.bool_:
+            # DGL stores bool node data as uint8; 0/1 integers are accepted as the same thing.
+            if not np.issubdtype(mask.dtype, np.integer):
+                raise DataError(f"{where[key]}: {key}: expected a boolean (or 0/1 integer) mask, "
+                                f"got dtype {mask.dtype}")
+            if mask.size and (mask.min() < 0 or mask.max() > 1):
+                raise DataError(f"{where[key]}: {key}: expected only 0/1 values, got values in "
+                                f"[{int(mask.min())}, {int(mask.max())}]")
+    if not masks["train_mask"].astype(bool).any():
+        raise DataError(f"{where['train_mask']}: train_mask: expected at least one training "
+                        f"node, got none")
+
+
+def resolve_masks(where: Mapping[str, str], nd: dict[str, np.ndarray], n: int,
+                  split: Optional[Sequence[float]], seed: int) -> dict[str, np.ndarray]:
+    """The three masks: drawn from ``split`` when it is set (it replaces a file's masks), else the
+    file's own; labelled nodes only either way. A file without masks needs ``split``."""
+    labelled = nd["label"] != UNLABELLED
+    if split is not None:
+        masks = random_split(n, split, seed, eligible=labelled)
+    else:
+        present = [k for k in MASKS if k in nd]
+        if not present:
+            raise DataError(f"{where['masks']}: no train_mask/val_mask/test_mask; set "
+                            f"dataset.split: [train, val, test] fractions (e.g. [0.8, 0.1, 0.1]) "
+                            f"to draw them")
+        if len(present) < len(MASKS):
+            missing = next(k for k in MASKS if k not in nd)
+            raise DataError(f"{where[missing]}: missing {missing} (found "
+                            f"{', '.join(present)}); give all three masks or none and "
+                            f"dataset.split")
+        masks = {k: nd[k] for k in MASKS}
+        check_masks(where, masks, n)
+        masks = {k: m.astype(bool) & labelled for k, m in masks.items()}
+    if not masks["train_mask"].any():
+        what = (f"dataset.split {list(split)} of {int(labelled.sum())} labelled nodes"
+                if split is not None else "the file's train_mask")
+        raise DataError(f"{where['train_mask']}: train_mask: expected at least one labelled "
+                        f"training node, got none from {what}")
+    return masks
+
+
+def with_reverse_edges(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edge list followed by every edge reversed (as OGB's ``add_inverse_edge`` does)."""
+    return np.concatenate([src, dst]), np.concatenate([dst, src])
+
+
+def build_graph(src: np.ndarray, dst: np.ndarray, feat: np.ndarray, label: np.ndarray,
+                masks: Mapping[str, np.ndarray], n: int) -> dgl.DGLGraph:
+    """The DGLGraph with the checked data in the dtypes the trainers use."""
+    g = dgl.graph((torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst.astype(np.int64))),
+                  num_nodes=n)
+    g.ndata["feat"] = torch.from_numpy(np.ascontiguousarray(feat, dtype=np.float32))
+    g.ndata["label"] = torch.from_numpy(label.astype(np.int64))
+    for key in MASKS:
+        g.ndata[key] = torch.from_numpy(np.asarray(masks[key]).astype(bool))
+    return g
+
+
+def finish(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, nd: dict[str, np.ndarray],
+           split: Optional[Sequence[float]], seed: int, reverse: bool,
+           unlabelled_ok: bool = False) -> dgl.DGLGraph:
+    """Check every array, settle the masks, add reverse edges if asked; return the DGLGraph."""
+    n = check_feat(where, nd["feat"])
+    check_label(where, nd["label"], n, unlabelled_ok)
+    check_edges(where, src, dst, n)
+    masks = resolve_masks(where, nd, n, split, seed)
+    if reverse:
+        src, dst = with_reverse_edges(src, dst)
+    return build_graph(src, dst, nd["feat"], nd["label"], masks, n)
+
+
+def float_labels(where: str, values: np.ndarray) -> np.ndarray:
+    """Class ids from a text file's label column: NaN = unlabelled (``-1``), else integers >= 0."""
+    if values.ndim != 2 or values.shape[1] != 1:
+        cols = values.shape[1] if values.ndim == 2 else "no"
+        raise DataError(f"{where}: label: expected one label column (N x 1), got {cols} columns "
+                        f"(multi-label tasks are not supported)")
+    v = values[:, 0]
+    if np.issubdtype(v.dtype, np.integer):
+        bad = v < 0
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise DataError(f"{where}: label: expected class ids >= 0 (NaN for unlabelled), got "
+                            f"{int(v[first])} at node {first}")
+        return v.astype(np.int64)
+    if not np.issubdtype(v.dtype, np.floating):
+        raise DataError(f"{where}: label: expected numeric class ids, got dtype {v.dtype}")
+    known = ~np.isnan(v)
+    bad = known & ((v < 0) | (v != np.floor(v)) | np.isinf(v))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{where}: label: expected class ids (integers >= 0, NaN for "
+                        f"unlabelled), got {float(v[first])!r} at node {first}")
+    out = np.full(v.shape[0], UNLABELLED, dtype=np.int64)
+    out[known] = v[known].astype(np.int64)
+    return out
