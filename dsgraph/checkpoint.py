@@ -146,17 +146,18 @@ _NOT_FINGERPRINTED = ("dataset.cache_dir", "partition.out_dir", "partition.graph
                       "physics.gen_workers", "physics.infer_repeats")
 
 
-def check_resumable(run_dir: str | Path, fingerprint: dict[str, Any]) -> None:
-    """Refuse to resume ``run_dir`` with settings its checkpoint was not trained with."""
+def check_fingerprint(run_dir: str | Path, fingerprint: dict[str, Any], action: str) -> None:
+    """Refuse ``action`` (``--resume``, ``predict``) on ``run_dir`` with settings its last
+    checkpoint was not trained with, naming the first differing setting."""
     ckpt = load(run_dir, "last")
     if ckpt is None:
-        raise UserError(f"{run_dir}: --resume: no checkpoint to resume from")
+        raise UserError(f"{run_dir}: {action}: no checkpoint to load")
     recorded = ckpt.get("meta") or {}
     for key in sorted(set(recorded) | set(fingerprint)):
         if recorded.get(key) != fingerprint.get(key):
-            raise UserError(f"{Path(run_dir) / CHECKPOINT}: --resume: the checkpoint was trained "
-                            f"with {key}={recorded.get(key, '(default)')}, the config says "
-                            f"{fingerprint.get(key, '(default)')}; use a new --out for new settings")
+            raise UserError(f"{Path(run_dir) / CHECKPOINT}: {action}: the checkpoint was trained "
+                            f"with {key}={recorded.get(key, '(default)')}, now "
+                            f"{fingerprint.get(key, '(default)')}")
 
 
 def restore(run_dir: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -20,7 +20,7 @@ from dsgraph.fsutil import atomic_write_text
 MARKER = ".dsgraph-run.json"
 # What a run folder may hold besides the marker; anything else is the user's and stops --force.
 RUN_FILES = ("config.yaml", "logs", "metrics.jsonl", "metrics.json", checkpoint.CHECKPOINT,
-             checkpoint.BEST, "curves.png")
+             checkpoint.BEST, "curves.png", "ip_config.txt", "parts")
 RUN_PREFIXES = ("predictions", "embeddings")
 
 
@@ -37,7 +37,7 @@ def prepare_run_dir(cfg: config_mod.Config, out: str | None, resume: bool,
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"{run_dir}: exists and is not a folder; choose another --out")
     if resume:
-        checkpoint.check_resumable(run_dir, fingerprint)
+        checkpoint.check_fingerprint(run_dir, fingerprint, "--resume")
         remove_stale_temp_files(run_dir)
     elif run_dir.exists() and any(run_dir.iterdir()):
         foreign = foreign_entry(run_dir)
@@ -54,6 +54,15 @@ def prepare_run_dir(cfg: config_mod.Config, out: str | None, resume: bool,
         {"created": read_marker(run_dir).get("created", time.time()),
          "fingerprint": fingerprint}, indent=1))
     return run_dir
+
+
+def run_fingerprint(cfg: config_mod.Config, prepared: Any) -> dict[str, Any]:
+    """The fingerprint of a run of ``cfg``: its settings, plus the partitions' fingerprint when
+    the mode trains on partition files (the JSON path the graph modes' ``prepare`` returns)."""
+    from dsgraph.partition import partition_fingerprint  # reads JSON only; DGL not needed
+
+    data = partition_fingerprint(prepared) if isinstance(prepared, Path) else None
+    return checkpoint.run_fingerprint(cfg, data)
 
 
 def foreign_entry(run_dir: Path) -> Optional[str]:

@@ -79,7 +79,8 @@ def test_resume_refuses_other_settings_before_touching_anything(tmp_path):
     _save(run, nn.Linear(2, 2), meta=checkpoint.run_fingerprint(cfg))
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     other = cfgmod.load(None, [f"train.out_dir={run}", "model.args.hidden=7"])
-    with pytest.raises(UserError, match=r"trained with model.args.hidden=.*the config says"):
+    with pytest.raises(UserError, match=r"--resume: the checkpoint was trained with "
+                                        r"model.args.hidden=\(default\), now 7"):
         runs.prepare_run_dir(other, None, resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     # what may change on resume (more epochs, a new learning rate) is accepted

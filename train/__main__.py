@@ -16,14 +16,12 @@ from typing import Any, Sequence
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.launch import run_workers
-from dsgraph.checkpoint import run_fingerprint
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
 from dsgraph.metrics import print_summary, read_summary, update_summary
 from dsgraph.models.registry import resolve as resolve_model
-from dsgraph.partition import partition_fingerprint
-from dsgraph.runs import prepare_run_dir
+from dsgraph.runs import prepare_run_dir, run_fingerprint
 from train import strategy_class
 
 WORKER = "train.worker"
@@ -69,17 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
     prepared = strategy_class(cfg.train.mode).prepare(cfg)
-    fingerprint = run_fingerprint(cfg, data_fingerprint(prepared))
+    fingerprint = run_fingerprint(cfg, prepared)
     run_dir = prepare_run_dir(cfg, args.out, args.resume, args.force, fingerprint)
     launch(cfg, run_dir, args.resume, prepared=prepared)
     plot_curves(run_dir)
     print_summary(run_dir)
-
-
-def data_fingerprint(prepared: Any) -> str | None:
-    """The partitions' fingerprint when the mode trains on partition files (their JSON path is
-    what the graph modes' ``prepare`` returns), else None (the config names the data)."""
-    return partition_fingerprint(prepared) if isinstance(prepared, Path) else None
 
 
 if __name__ == "__main__":

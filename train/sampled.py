@@ -2,7 +2,8 @@
 
 Each trainer reads its partition's nodes from shared memory and the partition's halo rows from a
 local cache (``sampled.cache_halo``); the rest travels over RPC. Evaluation is exact layer-wise
-inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else sampled.
+inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else sampled; so are
+the per-node outputs ``python -m predict`` exports (:meth:`SampledStrategy.predict`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import dgl
 import torch
@@ -23,11 +24,44 @@ from torch.nn.parallel import DistributedDataParallel
 from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
-from dsgraph.distgraph.evaluate import accuracy
+from dsgraph.distgraph.evaluate import accuracy, node_outputs
 from dsgraph.distgraph.features import HaloCachedFeatures
+from dsgraph.errors import ConfigError
+from dsgraph.models.gnn import layer_count
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.trainer import Strategy, Trainer
+from predict.output import node_table
+
+
+def check_fanouts(cfg: Config, model: nn.Module) -> None:
+    """One fanout per message-passing layer (when the model says how many it has)."""
+    fanouts, layers = cfg.sampled.fanouts, layer_count(model)
+    if layers is not None and len(fanouts) != layers:
+        raise ConfigError(f"{cfg.source}: sampled.fanouts: {fanouts} samples {len(fanouts)} "
+                          f"layer(s) but model {cfg.model.name!r} has {layers} "
+                          f"(model.args.num_layers); give one fanout per layer")
+
+
+class FanoutBlocks(list):
+    """A mini-batch's blocks, one per fanout; a model reading a block past the last one is
+    told that ``sampled.fanouts`` is too short (instead of an IndexError deep in its forward)."""
+
+    def __init__(self, blocks: list, cfg: Config) -> None:
+        super().__init__(blocks)
+        self.cfg = cfg
+
+    def __getitem__(self, index):
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            raise ConfigError(_fanouts_message(self.cfg, f"reads block {index}")) from None
+
+
+def _fanouts_message(cfg: Config, what: str) -> str:
+    fanouts = cfg.sampled.fanouts
+    return (f"{cfg.source}: sampled.fanouts: {fanouts} gives {len(fanouts)} block(s) per "
+            f"mini-batch but model {cfg.model.name!r} {what}; give one fanout per model layer")
 
 
 class SampledStrategy(Strategy):
@@ -37,8 +71,10 @@ class SampledStrategy(Strategy):
 
     @staticmethod
     def prepare(cfg: Config) -> Path:
-        """Launcher side: the partition files exist and the model arguments are accepted."""
-        build_model(cfg.model.name, 4, 2, cfg.model.args)  # fails here, before any process
+        """Launcher side: the partition files exist, the model arguments are accepted and the
+        fanouts match the model's layers."""
+        # fails here, before any process
+        check_fanouts(cfg, build_model(cfg.model.name, 4, 2, cfg.model.args))
         return partition_json(cfg)
 
     def connect(self, trainer: Trainer) -> None:
@@ -56,6 +92,7 @@ class SampledStrategy(Strategy):
         meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
         num_classes = int(meta.get("num_classes", 0)) or self._num_classes()
         model = trainer.build_model(g.ndata["feat"].shape[1], num_classes)
+        check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         self.feat = HaloCachedFeatures(g, "feat", cache_halo=self.cfg.sampled.cache_halo)
         self.sampler = dgl.dataloading.NeighborSampler(self.cfg.sampled.fanouts)
         bs = self.cfg.sampled.batch_size
@@ -84,7 +121,10 @@ class SampledStrategy(Strategy):
                 # The loss stays outside: its backward uses the saved log-softmax non-linearly,
                 # so quantizing it would bias every gradient.
                 with compression_context(self.cfg.compression):
-                    out = self.ddp(blocks, x)
+                    out = self.ddp(FanoutBlocks(blocks, self.cfg), x)
+                if out.shape[0] != seeds.numel():  # a plug-in model consumed fewer blocks
+                    raise ConfigError(_fanouts_message(
+                        self.cfg, f"returned {out.shape[0]} rows for {seeds.numel()} seed nodes"))
                 loss = F.cross_entropy(out, y)
                 trainer.step(loss)
                 loss_sum += loss.item() * seeds.numel()
@@ -102,9 +142,20 @@ class SampledStrategy(Strategy):
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """Validation and test accuracy of all nodes (layer-wise when the model allows it)."""
         s = self.cfg.sampled
-        layerwise = s.eval == "layerwise" and hasattr(trainer.model, "forward_layer")
         return accuracy(trainer.model, self.g, {"val": self.split["val"], "test": self.split["test"]},
-                        layerwise, s.fanouts, s.eval_batch_size)
+                        self._layerwise(trainer), s.fanouts, s.eval_batch_size)
+
+    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
+        """Every node's outputs, computed as evaluation computes them, read by rank 0."""
+        s = self.cfg.sampled
+        out = node_outputs(trainer.model, self.g, trainer.rank, self._layerwise(trainer),
+                           s.fanouts, s.eval_batch_size, embeddings)
+        return None if out is None else node_table(out["node_id"], out["logits"],
+                                                   out.get("embedding"))
+
+    def _layerwise(self, trainer: Trainer) -> bool:
+        """Whether evaluation and predictions are exact layer-wise inference."""
+        return self.cfg.sampled.eval == "layerwise" and hasattr(trainer.model, "forward_layer")
 
     def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Partitions and the median throughput (the first epoch, warm-up, left out)."""

@@ -2,13 +2,16 @@
 
 Each worker loads its partition and trains the whole graph every epoch: the loss is normalised
 by the global number of labelled nodes and gradients are summed over workers, so every worker
-holds identical parameters. ``sar.mode`` picks sar / sa / one_shot aggregation.
+holds identical parameters. ``sar.mode`` picks sar / sa / one_shot aggregation. Predictions
+(``python -m predict``) are the same full-graph forward, gathered on rank 0.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -16,11 +19,13 @@ from dsgraph import dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.errors import DataError
+from dsgraph.models.gnn import capture_layer_input
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.sar.model import check_model, prepare_model
 from dsgraph.sar.worker import setup_worker
 from dsgraph.trainer import Strategy, Trainer
+from predict.output import node_table
 
 SPLITS = ("train", "val", "test")
 
@@ -76,6 +81,21 @@ class SarStrategy(Strategy):
                               for k in SPLITS[1:]])
         return {f"{k}_acc": (r / self.counts[k] if self.counts[k] else None)
                 for k, r in zip(SPLITS[1:], right)}
+
+    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
+        """Every node's outputs: each worker forwards the whole graph and keeps its own nodes'
+        rows, keyed by their original ids; rank 0 gathers them."""
+        with capture_layer_input(trainer.model) if embeddings else \
+                contextlib.nullcontext([]) as captured:
+            logits = trainer.model(self.w.graph, self.x)
+        mine = {"node_id": self.w.part.ndata["orig_id"].to(torch.int64), "logits": logits,
+                "embedding": captured[-1] if embeddings else None}
+        parts = dist.gather_values(mine)
+        if trainer.rank != 0:
+            return None
+        return node_table(torch.cat([p["node_id"] for p in parts]),
+                          torch.cat([p["logits"] for p in parts]),
+                          torch.cat([p["embedding"] for p in parts]) if embeddings else None)
 
     def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The partition count and the aggregation mode."""

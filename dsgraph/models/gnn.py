@@ -5,14 +5,24 @@ Contract shared by every model dsgraph trains (see README, "Plugging in a model"
 in sampled mode, or ``forward(graph, x)`` with the same graph for every layer in full-graph mode.
 Built-in models also offer ``forward_layer(i, graph, h)`` so evaluation can run layer by layer
 over all neighbours.
+
+Embeddings (``python -m predict --embeddings``): a node's embedding is the input of the model's
+output layer, ``model.layers[-1]`` (``layers`` an ``nn.ModuleList`` or ``nn.Sequential``, as in
+every built-in model and most ``dgl.nn`` examples), i.e. the last hidden layer after its
+activation. It is read with a forward pre-hook (:func:`capture_layer_input`), so a model needs
+no extra method; a model without ``layers`` cannot export embeddings (:func:`output_layer`
+says so in one line).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+from typing import Any, Iterator, Optional, Sequence
 
 import dgl.nn as dglnn
 import torch
 from torch import nn
+
+from dsgraph.errors import ConfigError
 
 
 class StackedGNN(nn.Module):
@@ -103,3 +113,46 @@ class MLP(nn.Module):
             if i < len(self.layers) - 1:
                 h = self.dropout(torch.relu(h))
         return h
+
+
+def layer_count(model: nn.Module) -> Optional[int]:
+    """Message-passing layers of ``model`` (blocks it consumes in sampled mode): its
+    ``num_layers``, else None (unknown: a plug-in model, or one that ignores the graph)."""
+    n = getattr(model, "num_layers", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def output_layer(model: nn.Module) -> nn.Module:
+    """The model's output layer, ``model.layers[-1]``, whose input is the node embedding."""
+    layers = getattr(model, "layers", None)
+    if isinstance(layers, (nn.ModuleList, nn.Sequential)) and len(layers) > 0:
+        return layers[-1]
+    raise ConfigError(f"model.name: {type(model).__name__} has no `layers` (an nn.ModuleList "
+                      f"whose last entry is the output layer), so its last hidden layer is "
+                      f"unknown and --embeddings cannot export it")
+
+
+def _node_input(args: tuple[Any, ...]) -> torch.Tensor:
+    """The node-feature argument of a layer call: the first tensor, or a ``(src, dst)`` pair's
+    destination rows (how dgl.nn layers take bipartite input)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, tuple) and len(a) == 2 and all(isinstance(t, torch.Tensor) for t in a):
+            return a[1]
+    raise ConfigError("model.layers[-1] was called without a node-feature tensor; cannot "
+                      "read its input as the embedding")
+
+
+@contextlib.contextmanager
+def capture_layer_input(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, append the input of :func:`output_layer` (detached) to the yielded
+    list at every forward call. With blocks, its first ``num_dst_nodes`` rows are the output
+    nodes'."""
+    captured: list[torch.Tensor] = []
+    handle = output_layer(model).register_forward_pre_hook(
+        lambda module, args: captured.append(_node_input(args).detach()))
+    try:
+        yield captured
+    finally:
+        handle.remove()

@@ -1,0 +1,54 @@
+"""One process of a prediction job: ``python -m predict.worker --run-dir JOB --run RUN --out FILE
+[--embeddings] [--checkpoint best|last]``.
+
+Started by ``python -m predict`` on every rank, as ``train.worker`` is by ``python -m train``:
+it opens the run's Trainer (runtime, process group, this rank's data, the model), loads the
+checkpointed weights and asks the mode's strategy for its outputs; rank 0 writes them.
+"""
+from __future__ import annotations
+
+from dsgraph.cluster import dgl_compat
+
+# Patch DGL before it starts, at module level on purpose (see train/worker.py).
+dgl_compat.apply_from_env()
+
+import argparse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from dsgraph.checkpoint import load_weights  # noqa: E402
+from dsgraph.cluster.worker import run_process_main  # noqa: E402
+from dsgraph.runs import load_run_config  # noqa: E402
+from dsgraph.trainer import Trainer  # noqa: E402
+from predict import output  # noqa: E402
+from train import strategy_class  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Predict this rank's share of the run in ``--run``; rank 0 writes ``--out``."""
+    parser = argparse.ArgumentParser(prog="python -m predict.worker", description=__doc__)
+    parser.add_argument("--run-dir", required=True, type=Path, help="the prediction job's folder")
+    parser.add_argument("--run", required=True, type=Path, help="the trained run folder")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--embeddings", action="store_true")
+    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    args = parser.parse_args(argv)
+    cfg = load_run_config(args.run)
+    strategy = strategy_class(cfg.train.mode)(cfg)
+    trainer = Trainer(cfg, args.run, strategy)
+    model = trainer.open()
+    epoch = load_weights(args.run, model, args.checkpoint)
+    model.eval()
+    with torch.no_grad():
+        arrays = strategy.predict(trainer, args.embeddings)
+    if arrays is not None:
+        output.write(args.out, arrays)
+        rows = len(next(iter(arrays.values())))
+        print(f"predictions of epoch {epoch}'s model: {rows:,} rows "
+              f"({', '.join(arrays)}) -> {args.out}", flush=True)
+    trainer.finish()
+
+
+if __name__ == "__main__":
+    run_process_main(main)
