@@ -8,7 +8,7 @@ import os
 
 from dsgraph.errors import UserError, cli_main
 
-BENCHMARKS = ("partition", "sampled", "compression", "sar", "dsmpnn")
+BENCHMARKS = ("partition", "sampled", "compression", "sar", "dsmpnn", "reliability")
 
 
 @cli_main

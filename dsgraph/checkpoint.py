@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dsgraph.config import Config
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_bytes
 
@@ -116,7 +117,7 @@ def _load_model_state(run_dir: str | Path, model: torch.nn.Module, ckpt: dict[st
                         f"({first[0] if first else exc})") from None
 
 
-def run_fingerprint(cfg: Any, data: str | None = None) -> dict[str, Any]:
+def run_fingerprint(cfg: Config, data: str | None = None) -> dict[str, Any]:
     """What a checkpoint's weights belong to: the settings a resumed run must keep (model, data,
     mode, precision, worker count) and ``data``, a fingerprint of the partitioned graph."""
     keep = {key: value for section in _FINGERPRINT_SECTIONS
@@ -153,8 +154,11 @@ def check_fingerprint(run_dir: str | Path, fingerprint: dict[str, Any], action: 
     if ckpt is None:
         raise UserError(f"{run_dir}: {action}: no checkpoint to load")
     recorded = ckpt.get("meta") or {}
+    # A setting the checkpoint lacks was added to dsgraph later: it trained with the default.
+    defaults = run_fingerprint(Config())
     for key in sorted(set(recorded) | set(fingerprint)):
-        if recorded.get(key) != fingerprint.get(key):
+        trained = recorded.get(key, defaults.get(key))
+        if trained != fingerprint.get(key, trained):
             raise UserError(f"{Path(run_dir) / CHECKPOINT}: {action}: the checkpoint was trained "
                             f"with {key}={recorded.get(key, '(default)')}, now "
                             f"{fingerprint.get(key, '(default)')}")

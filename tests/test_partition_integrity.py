@@ -229,6 +229,16 @@ def test_partitions_with_another_num_parts(parts):
     one_line(exc, str(path), "the job has 3 workers", "got 2")
 
 
+def test_a_setting_added_after_partitioning_counts_as_its_default(parts):
+    path, cfg = parts
+    edit_json(path, lambda meta: meta["dsgraph"]["source"]["partition"].pop("halo_hops"))
+    assert partition_json(cfg) == path
+    cfg.partition.halo_hops = 2
+    with pytest.raises(DataError) as exc:
+        partition_json(cfg)
+    one_line(exc, "made with partition.halo_hops=1, the config says 2")
+
+
 def test_cache_dir_does_not_count(parts, tmp_path):
     path, _ = parts
     assert partition_json(make_cfg(tmp_path / "elsewhere", path.parent)) == path

@@ -221,3 +221,15 @@ def test_metrics_log_survives_an_append_cut_short_and_names_a_corrupt_line(tmp_p
     (tmp_path / "metrics.json").write_text('{"test_acc": 0.')
     with pytest.raises(UserError, match=r"metrics.json: unreadable"):
         read_summary(tmp_path)
+
+
+def test_a_setting_added_after_the_checkpoint_counts_as_its_default(tmp_path):
+    cfg = _cfg(tmp_path)
+    run = runs.prepare_run_dir(cfg, None, resume=False)
+    old = checkpoint.run_fingerprint(cfg)
+    del old["partition.halo_hops"]  # as if the key did not exist when the run trained
+    _save(run, nn.Linear(2, 2), meta=old)
+    runs.prepare_run_dir(cfg, None, resume=True)
+    changed = cfgmod.load(None, [f"train.out_dir={run}", "partition.halo_hops=2"])
+    with pytest.raises(UserError, match=r"partition.halo_hops=\(default\), now 2"):
+        runs.prepare_run_dir(changed, None, resume=True)

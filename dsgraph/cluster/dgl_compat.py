@@ -26,6 +26,8 @@ import json
 import os
 from pathlib import Path
 
+from dsgraph.cluster import lifeline
+
 ENV_MACHINE = "DSGRAPH_MACHINE_ID"
 ENV_TOKEN = "DSGRAPH_JOB_TOKEN"
 ENV_GRAPH = "DSGRAPH_GRAPH_NAME"
@@ -89,7 +91,12 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
 
 
 def apply_from_env() -> bool:
-    """Apply the patch if this process belongs to a dsgraph DistDGL job; return whether it did."""
+    """Apply the patch if this process belongs to a dsgraph DistDGL job; return whether it did.
+
+    Also makes this process die with its parent when it is part of a supervised job
+    (:func:`dsgraph.cluster.lifeline.inherit`): DGL's spawned sampler processes run this too.
+    """
+    lifeline.inherit()
     if ENV_TOKEN not in os.environ:
         return False
     apply(int(os.environ[ENV_MACHINE]), os.environ[ENV_TOKEN], os.environ.get(ENV_GRAPH))

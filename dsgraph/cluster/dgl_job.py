@@ -3,11 +3,10 @@ one-host fixes of :mod:`dsgraph.cluster.dgl_compat` applied in every process."""
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import Sequence
 
-from dsgraph.cluster import dgl_compat
+from dsgraph.cluster import dgl_compat, shm
 from dsgraph.cluster.launch import Launcher, gloo_env
 from dsgraph.cluster.ports import free_port_range
 from dsgraph.cluster.spec import plan_machines, write_ip_config
@@ -21,7 +20,8 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
     ``part_config``; return each process's peak RSS in MiB.
 
     ``stock=True`` runs DGL's own single-host path with no patches (for comparison benchmarks;
-    it is only correct with one partition).
+    it is only correct with one partition). Its segments carry no job token: the supervisor
+    removes the ones this job's processes mapped, never another job's.
     """
     run_dir = Path(run_dir).resolve()
     meta = json.loads(Path(part_config).read_text())
@@ -29,7 +29,8 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
     ip_config = write_ip_config(machines, run_dir / "ip_config.txt")
     S, T, K = cluster.servers_per_machine, cluster.trainers_per_machine, cluster.samplers_per_trainer
     num_clients = T * (1 + K) * len(machines)
-    token = None if stock else "dsg" + secrets.token_hex(4)
+    # The token (which names this launcher as the owner) goes into every shm segment's name.
+    token = None if stock else shm.new_token()
     master_port = free_port_range(1)
     common = {"DGL_NUM_SERVER": str(S), "DGL_NUM_CLIENT": str(num_clients),
               "DGL_NUM_SAMPLER": str(K), "DGL_IP_CONFIG": str(ip_config),

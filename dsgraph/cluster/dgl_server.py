@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 
 from dsgraph.cluster import dgl_compat
 
 dgl_compat.apply_from_env()  # before DGL starts: this module is a process entry point
 
+from dgl import DGLError  # noqa: E402
 from dgl.distributed import DistGraphServer  # noqa: E402
 
-from dsgraph.cluster.worker import set_threads  # noqa: E402
+from dsgraph.cluster.worker import port_in_use_message, run_process_main, set_threads  # noqa: E402
+from dsgraph.errors import ConfigError  # noqa: E402
+
+_CANNOT_BIND = re.compile(r"Cannot bind to ([\d.:a-fA-F]+?):(\d+)")
 
 
 def main() -> None:
@@ -27,8 +32,14 @@ def main() -> None:
     server = DistGraphServer(args.server_id, args.ip_config, args.num_servers, args.num_clients,
                              args.part_config, disable_shared_mem=False,
                              graph_format=("csc", "coo"))
-    server.start()
+    try:
+        server.start()
+    except DGLError as exc:
+        taken = _CANNOT_BIND.search(str(exc))
+        if taken:  # DGL's message is a C++ check failure with a stack trace
+            raise ConfigError(port_in_use_message(taken.group(1), int(taken.group(2)))) from None
+        raise
 
 
 if __name__ == "__main__":
-    main()
+    run_process_main(main)

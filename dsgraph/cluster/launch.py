@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from dsgraph.cluster import shm
 from dsgraph.cluster.spec import Machine, plan_machines
 from dsgraph.cluster.supervise import Supervisor
 from dsgraph.config import ClusterConfig
@@ -25,7 +26,17 @@ def base_env(cluster: ClusterConfig) -> dict[str, str]:
                GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))
     root = str(Path(__file__).resolve().parents[2])  # so `python -m train...` resolves anywhere
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if cluster.ip_config:  # named in a port-in-use error
+        env["DSGRAPH_IP_CONFIG"] = str(cluster.ip_config)
     return env
+
+
+def reclaim_shared_memory() -> None:
+    """Remove the /dev/shm segments of earlier jobs whose launcher is gone, and say so."""
+    for token, removed in shm.reclaim_orphans().items():
+        if removed:
+            print(f"dsgraph: removed {len(removed)} shared-memory segment(s) of job {token}, "
+                  f"whose launcher (pid {shm.token_owner(token)}) is gone", file=sys.stderr)
 
 
 def remote_argv(machine: Machine, cluster: ClusterConfig, argv: Sequence[str],
@@ -60,6 +71,7 @@ class Launcher:
                                      snapshot_shm=snapshot_shm)
 
     def __enter__(self) -> "Launcher":
+        reclaim_shared_memory()
         self.supervisor.__enter__()
         return self
 

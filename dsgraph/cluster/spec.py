@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from dsgraph.cluster.ports import free_port_range
+from dsgraph.cluster.ports import free_port_range, port_is_free
 from dsgraph.config import ClusterConfig
 from dsgraph.errors import ConfigError
 
@@ -60,7 +60,13 @@ def read_ip_config(path: str, num_parts: int, servers: int) -> list[Machine]:
             raise ConfigError(f"{path}:{lineno}: expected 'IP [PORT]', got {line.strip()!r}") from None
         if not 1024 <= port <= 65535 - servers:
             raise ConfigError(f"{path}:{lineno}: port: expected 1024..{65535 - servers}, got {port}")
-        machines.append(Machine(len(machines), ip, port))
+        machine = Machine(len(machines), ip, port)
+        if machine.is_local:  # a taken port would fail later, deep inside gloo or DGL
+            for p_ in range(port, port + servers):
+                if not port_is_free(p_, ip):
+                    raise ConfigError(f"{path}:{lineno}: port {p_} on {ip} is already in use; "
+                                      f"choose another port on this line of cluster.ip_config")
+        machines.append(machine)
     if len(machines) != num_parts:
         raise ConfigError(f"{path}: expected {num_parts} machines (one per partition or "
                           f"DS-MPNN worker), "

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import datetime
+import errno
 import os
+import socket
 import sys
 import traceback
 from typing import Any, Callable
@@ -10,6 +12,8 @@ from typing import Any, Callable
 import psutil
 import torch
 import torch.distributed as dist
+
+from dsgraph.errors import ConfigError, UserError
 
 
 def set_threads() -> int:
@@ -27,11 +31,48 @@ def interface_of(ip: str) -> str:
     raise RuntimeError(f"no network interface holds {ip} on this host")
 
 
+def _store(rank: int, world: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """torch.distributed's rendezvous store; rank 0's listens on MASTER_ADDR only.
+
+    (torch 2.2's own TCPStore server listens on every interface: it is handed a socket bound
+    here instead.)
+    """
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if rank != 0:
+        return dist.TCPStore(host, port, world, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(port_in_use_message(host, port)) from None
+        raise
+    sock.listen(1024)
+    store = dist.TCPStore(host, port, world, True, timeout, master_listen_fd=sock.fileno())
+    sock.detach()  # the store owns the descriptor now
+    return store
+
+
+def port_in_use_message(host: str, port: int) -> str:
+    """One line naming a port that is taken and the setting that chose it."""
+    if os.environ.get("DSGRAPH_IP_CONFIG"):
+        where = (f"change the port on the line for {host} in cluster.ip_config "
+                 f"({os.environ['DSGRAPH_IP_CONFIG']})")
+    else:
+        where = "another program took it after dsgraph chose it; run again"
+    return f"port {port} on {host} is already in use: {where}"
+
+
 def init_process_group(timeout_s: float = 600.0) -> tuple[int, int]:
     """Set threads and join the gloo process group the launcher described in the environment
     (RANK, WORLD_SIZE, MASTER_ADDR/PORT; DSGRAPH_HOST_IP on another host); return (rank, world).
 
-    Without RANK (a plain single process) there is no group and the result is (0, 1).
+    Every socket listens on this host's job address only: the store on MASTER_ADDR, gloo on
+    the interface GLOO_SOCKET_IFNAME names (loopback on one host). Without RANK (a plain single
+    process) there is no group and the result is (0, 1).
     """
     set_threads()
     if "RANK" not in os.environ:
@@ -41,7 +82,10 @@ def init_process_group(timeout_s: float = 600.0) -> tuple[int, int]:
         # gloo must bind the interface holding this host's address, not loopback
         os.environ["GLOO_SOCKET_IFNAME"] = interface_of(host_ip)
     if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        timeout = datetime.timedelta(seconds=timeout_s)
+        dist.init_process_group("gloo", store=_store(rank, world, timeout), rank=rank,
+                                world_size=world, timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -59,12 +103,16 @@ def exit_now(code: int = 0) -> None:
 
 
 def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
-    """Run a worker's main and exit through :func:`exit_now`: 0 on success; on any error print
-    the traceback and exit 1 (130 on Ctrl-C) at once, so the supervisor sees the fault."""
+    """Run a worker's main and exit through :func:`exit_now`: 0 on success; a user error
+    prints its one ``error: ...`` line and exits 2; any other error prints the traceback and
+    exits 1 (130 on Ctrl-C) at once, so the supervisor sees the fault and its cause."""
     try:
         fn(*args)
     except SystemExit as exc:
         exit_now(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        exit_now(exc.exit_code)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the process
         traceback.print_exc()
         exit_now(130 if isinstance(exc, KeyboardInterrupt) else 1)

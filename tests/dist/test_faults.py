@@ -1,0 +1,39 @@
+"""The fault matrix (``benchmarks.reliability``): real jobs through ``python -m train``, each hit
+by one fault; each must end within 60 s with the right exit code and a one-line message naming
+the process, listen only on the job's address, and leave no process, port, shm segment or temp
+file behind."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import reliability
+from benchmarks.reliability import CASES, EXIT_LIMIT_S
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return reliability.prepare(tmp_path_factory.mktemp("faults"))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("case", CASES, ids=[c.name.replace(" ", "_") for c in CASES])
+def test_fault(workspace, case):
+    r = reliability.run_case(workspace, case)
+    detail = {k: r[k] for k in ("exit_code", "message", "seconds_to_exit", "left_processes",
+                                "left_ports", "left_shm", "left_temp_files", "listening")}
+    assert r["exit_code"] == case.code, detail
+    for part in case.says:
+        assert part in r["message"], detail
+    assert not r["traceback"], detail
+    assert r["seconds_to_exit"] <= EXIT_LIMIT_S, detail
+    if case.fault != "port":  # (that job is refused before any process starts)
+        assert r["processes_seen"] > 0 and r["listening"], detail  # the watch saw the job
+    if case.mode == "sampled" and case.fault.startswith("kill9"):
+        assert r["shm_seen"] > 0, detail  # the servers' segments existed, then were removed
+    assert r["wildcard_listeners"] == [], detail
+    assert r["left_processes"] == [] and r["left_ports"] == [], detail
+    assert r["left_shm"] == [] and r["left_temp_files"] == [], detail
+    if case.fault == "ckpt":
+        assert r["temp_files_after_kill"], "the kill did not hit a checkpoint write"
+        assert r["resume_exit_code"] == 0, r["resume_message"]
+        assert r["resumed_epochs"] == list(range(1, 5))
