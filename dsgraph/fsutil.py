@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,7 +31,8 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[str], None],
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_orphaned_temps(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
@@ -40,6 +42,41 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[str], None],
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _temp_prefix(path: Path) -> str:
+    """Temporary names carry the writer's pid, so a later write can tell orphans from live ones."""
+    return f".{path.name}.{os.getpid()}."
+
+
+def remove_orphaned_temps(path: str | os.PathLike) -> list[Path]:
+    """Delete temporary files and folders of earlier writes of ``path`` whose writer process is
+    gone (killed mid-write); a live writer's are left alone. Returns what was removed."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\..*\.tmp")
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in path.parent.iterdir():
+            match = pattern.fullmatch(entry.name)
+            if match is None or _pid_alive(int(match.group(1))):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def default_file_mode() -> int:
@@ -63,7 +100,8 @@ def atomic_dir(path: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    remove_orphaned_temps(path)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp"))
     try:
         yield tmp
         if path.exists():

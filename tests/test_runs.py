@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,24 @@ def test_a_setting_added_after_the_checkpoint_counts_as_its_default(tmp_path):
     changed = cfgmod.load(None, [f"train.out_dir={run}", "partition.halo_hops=2"])
     with pytest.raises(UserError, match=r"partition.halo_hops=\(default\), now 2"):
         runs.prepare_run_dir(changed, None, resume=True)
+
+
+def test_orphaned_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+
+    from dsgraph.fsutil import atomic_dir, atomic_write_text
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    orphan_file = tmp_path / f".metrics.json.{dead}.abc123.tmp"
+    orphan_dir = tmp_path / f".parts.{dead}.def456.tmp"
+    live = tmp_path / f".metrics.json.{os.getpid()}.zzz.tmp"  # a live writer's: kept
+    orphan_file.write_text("half")
+    orphan_dir.mkdir()
+    live.write_text("in progress")
+    atomic_write_text(tmp_path / "metrics.json", "{}")
+    assert not orphan_file.exists() and live.exists()
+    with atomic_dir(tmp_path / "parts") as tmp:
+        (tmp / "x").write_text("1")
+    assert not orphan_dir.exists() and (tmp_path / "parts" / "x").exists()
