@@ -523,3 +523,11 @@ train: {{mode: sar, epochs: 2, out_dir: {tmp_path}/run, timeout_s: 150}}
     summary = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert summary["num_workers"] == 2 and summary["epochs"] == 2
     assert summary["test_acc"] is not None and 0.0 <= summary["test_acc"] <= 1.0
+    # a finished run keeps its best-validation model and draws its curves
+    run = tmp_path / "run"
+    assert summary["best_epoch"] in (1, 2) and (run / "best.pt").is_file()
+    assert (run / "curves.png").stat().st_size > 0
+    (run / "curves.png").unlink()
+    r = subprocess.run([sys.executable, "-m", "train", "--plot", str(run)], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and (run / "curves.png").is_file(), r.stderr[-2000:]
