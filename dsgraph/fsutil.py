@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+import psutil
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path`` and rename it into place."""
@@ -58,7 +60,7 @@ def remove_orphaned_temps(path: str | os.PathLike) -> list[Path]:
     with contextlib.suppress(FileNotFoundError):
         for entry in path.parent.iterdir():
             match = pattern.fullmatch(entry.name)
-            if match is None or _pid_alive(int(match.group(1))):
+            if match is None or psutil.pid_exists(int(match.group(1))):
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -67,16 +69,6 @@ def remove_orphaned_temps(path: str | os.PathLike) -> list[Path]:
                     entry.unlink()
             removed.append(entry)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 def default_file_mode() -> int:

@@ -13,6 +13,8 @@ import secrets
 from pathlib import Path
 from typing import Iterable
 
+import psutil
+
 SHM_DIR = Path("/dev/shm")
 # dsg<launcher pid>p<random hex>: no "_" (graph names are split on it), short enough for names.
 _TOKEN = re.compile(r"dsg(\d+)p[0-9a-f]{6}")
@@ -52,16 +54,6 @@ def remove_token(token: str | None) -> list[str]:
     return _unlink(n for n in names() if token in n)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def reclaim_orphans() -> dict[str, list[str]]:
     """Remove the segments of jobs whose launcher is gone; return them by token.
 
@@ -72,7 +64,7 @@ def reclaim_orphans() -> dict[str, list[str]]:
     dead: dict[str, list[str]] = {}
     for name in names():
         m = _TOKEN.search(name)
-        if m and not _alive(int(m.group(1))):
+        if m and not psutil.pid_exists(int(m.group(1))):
             dead.setdefault(m.group(0), []).append(name)
     if not dead:
         return {}
