@@ -8,7 +8,8 @@ import os
 
 from dsgraph.errors import UserError, cli_main
 
-BENCHMARKS = ("partition", "sampled", "compression", "sar", "dsmpnn", "reliability")
+BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn",
+              "reliability")
 
 
 @cli_main

@@ -44,10 +44,10 @@ class SarStrategy(Strategy):
         """Load this worker's partition, its shards and ring plan; build the model."""
         part_json = partition_json(self.cfg)
         self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
-                              self.cfg.sar.prefetch)
+                              self.cfg.sar.prefetch, self.cfg.sar.chunk_rows)
         # Build every graph structure (with its sparse formats) now: it is part of loading, not
         # of the first epoch's forward pass.
-        self.w.plan.materialize(self.cfg.sar.mode)
+        self.w.plan.materialize(self.cfg.sar.mode, self.cfg.sar.chunk_rows)
         nd = self.w.part.ndata
         self.x = nd["feat"].to(trainer.dtype)
         self.label = nd["label"].long()

@@ -112,6 +112,11 @@ class SampledConfig:
     eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1)
     cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
                                  "and serves them locally")
+    rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
+                                     "partition at a time and rebuild them in backward (SAR-style)")
+    local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
+                                      "in full (inner nodes, and halo nodes with `partition."
+                                      "halo_hops: 2`) locally; only the rest over RPC")
 
 
 @dataclass
@@ -161,6 +166,8 @@ class SarConfig:
                "parts), `one_shot` (all halo rows at once)")
     prefetch: bool = opt(False, "post the next ring round's transfers before aggregating this "
                                 "one (one more remote block alive)")
+    chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (SAR and "
+                             "`sampled.rematerialize`); 0 = a whole group at once", ge=0)
 
 
 @dataclass

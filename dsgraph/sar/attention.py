@@ -9,7 +9,8 @@ denominator: no per-edge logits or attention and no output, for any part.
 
 Backward rebuilds each part's attention from those stats. The softmax gradient needs
 ``D_i = sum_j a_ij <g_i, ft_j>`` for every destination before any logit gradient is known, so
-the ring runs twice: pass 1 accumulates ``D`` (N x heads), pass 2 computes the gradients of the
+the ring runs twice (the per-part work is the shared core's, :mod:`dsgraph.seqagg.kernels`, in
+chunks of ``chunk_rows`` rows): pass 1 accumulates ``D`` (N x heads), pass 2 computes the gradients of the
 part's ``ft`` and ``el`` rows (returned to their owner) and of the local ``er``. That is one
 more fetch than a saved output would need, traded for an N x heads x F tensor per layer.
 
@@ -22,29 +23,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-import dgl
 import torch
 from dgl import DGLError
 
 from dsgraph.sar.comm import GradPush
 from dsgraph.sar.graph import SarGraph
 from dsgraph.sar.ops import Runtime
+from dsgraph.seqagg import kernels
+from dsgraph.seqagg.gat import fusable, gat_fused
 from dsgraph.savepolicy import SaveKind, SavePolicy, SavePolicyFunction
-
-
-def _logits(g, el: torch.Tensor, er: torch.Tensor, slope: float) -> torch.Tensor:
-    """``leaky_relu(el_u + er_v)`` per edge of shard graph ``g``: E x heads x 1.
-
-    With ``slope >= 0`` the result is > 0 exactly where its input is, so backward reads the
-    leaky_relu derivative off the logits and the input need not be kept.
-    """
-    return torch.nn.functional.leaky_relu_(dgl.ops.gsddmm(g, "add", el, er, "u", "v"), slope)
-
-
-def _attention(g, s: torch.Tensor, m: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """Softmax weights of the edges of ``g`` from their logits and the saved node stats."""
-    a = dgl.ops.gsddmm(g, "sub", s, m, "e", "v").exp_()
-    return dgl.ops.gsddmm(g, "div", a, den, "e", "v")
 
 
 class GatAttention(SavePolicyFunction):
@@ -61,39 +48,17 @@ class GatAttention(SavePolicyFunction):
                 slope: float) -> torch.Tensor:
         plan = rt.plan
         n, heads = plan.num_local, ft.shape[1]
-        m = ft.new_full((n, heads, 1), float("-inf"))
-        den = ft.new_zeros((n, heads, 1))
-        acc: Optional[torch.Tensor] = None
+        st = kernels.SoftmaxState(n, heads, ft)
         for j, rows in rt.fetch((ft, el)):
             if j != plan.rank and not plan.shard_has_edges(j):
                 continue
             ftj, elj = rows
-            g = plan.shard(j)
-            s = _logits(g, elj, er, slope)
-            del elj
-            mj = dgl.ops.gspmm(g, "copy_rhs", "max", None, s)
-            mj.masked_fill_(~plan.has_in_edge(j).view(-1, 1, 1), float("-inf"))
-            m_new = torch.maximum(m, mj)
-            del mj
-            # old terms were scaled by exp(-m); bring them to exp(-m_new). -inf - -inf (no edge
-            # yet on either side) is nan: nothing accumulated there, any finite factor works.
-            scale = torch.exp(m - m_new).nan_to_num_(0.0)
-            p = dgl.ops.gsddmm(g, "sub", s, m_new, "e", "v").exp_()
-            del s
-            den.mul_(scale).add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, p))
-            part = dgl.ops.gspmm(g, "mul", "sum", ftj, p)
-            del p, ftj, rows
-            if acc is None:
-                acc = part
-            else:
-                acc.mul_(scale).add_(part)
-            del part, scale
-            m = m_new
-        if acc is None:  # no edges at all
-            acc = ft.new_zeros((n,) + tuple(ft.shape[1:]))
-        acc.div_(torch.where(den > 0, den, torch.ones_like(den)))  # no in-edge: 0, as DGL
+            del rows
+            kernels.attention_fold(st, plan.group(j), ftj, elj, er, slope, rt.chunk_rows)
+            del ftj, elj
+        acc = kernels.attention_finish(st, n, tuple(ft.shape[1:]), ft)
         ctx.rt, ctx.slope = rt, slope
-        ctx.save_for_backward(ft, el, er, m, den)
+        ctx.save_for_backward(ft, el, er, st.m, st.den)
         return acc
 
     @staticmethod
@@ -109,11 +74,10 @@ class GatAttention(SavePolicyFunction):
             if j != k and not plan.shard_has_edges(j):
                 continue
             ftj, elj = rows
-            g = plan.shard(j)
-            a = _attention(g, _logits(g, elj, er, slope), m, den)
-            a.mul_(dgl.ops.gsddmm(g, "dot", ftj, gout, "u", "v"))
-            dsum.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, a))
-            del a, ftj, elj, rows
+            del rows
+            kernels.attention_dsum(dsum, plan.group(j), ftj, elj, er, m, den, gout, slope,
+                                   rt.chunk_rows)
+            del ftj, elj
         # pass 2: gradients of each part's ft and el rows (sent to the owner) and of local er
         grad_ft: Optional[torch.Tensor] = None
         grad_el: Optional[torch.Tensor] = None
@@ -127,19 +91,10 @@ class GatAttention(SavePolicyFunction):
                     push.push((k - j) % n, None)
                 continue
             ftj, elj = rows
-            g, rg = plan.shard(j), plan.reverse_shard(j)
-            s = _logits(g, elj, er, slope)
-            a = _attention(g, s, m, den)
-            gft = dgl.ops.gspmm(rg, "mul", "sum", gout, a)
-            gs = dgl.ops.gsddmm(g, "dot", ftj, gout, "u", "v")
-            del ftj, elj, rows
-            gs = dgl.ops.gsddmm(g, "sub", gs, dsum, "e", "v").mul_(a)
-            del a
-            gz = torch.where(s > 0, gs, gs * slope)  # leaky_relu backward, as torch computes it
-            del s, gs
-            gel = dgl.ops.gspmm(rg, "copy_rhs", "sum", None, gz)
-            grad_er.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, gz))
-            del gz
+            del rows
+            gft, gel = kernels.attention_grads(plan.group(j), ftj, elj, er, m, den, gout, dsum,
+                                               slope, rt.chunk_rows, grad_er)
+            del ftj, elj
             if j == k:
                 grad_ft, grad_el = gft, gel
                 if push is not None:
@@ -155,16 +110,15 @@ class GatAttention(SavePolicyFunction):
 def _fallback(conv, graph, feat, edge_weight, get_attention) -> bool:
     return (not isinstance(graph, SarGraph) or not graph.fused_attention_ok()
             or edge_weight is not None or get_attention or isinstance(feat, tuple)
-            or (conv.training and conv.attn_drop.p > 0)
-            or not isinstance(conv.leaky_relu, torch.nn.LeakyReLU)
-            or conv.leaky_relu.negative_slope < 0)
+            or not fusable(conv))
 
 
 def gat_forward(conv, graph, feat, edge_weight=None, get_attention=False):
-    """``dgl.nn.GATConv.forward`` with the attention and aggregation done by ``GatAttention``.
+    """``dgl.nn.GATConv.forward`` with the attention and aggregation done by ``GatAttention``
+    (through the shared adapter :func:`dsgraph.seqagg.gat.gat_fused`).
 
-    Same computation, parameters and RNG use as DGL 2.1's forward (feature dropout, fc,
-    attention vectors, residual, bias, activation); anything else goes to DGL's forward.
+    Same computation, parameters and RNG use as DGL 2.1's forward; anything else goes to DGL's
+    forward.
     """
     if _fallback(conv, graph, feat, edge_weight, get_attention):
         return type(conv).forward(conv, graph, feat, edge_weight, get_attention)
@@ -172,17 +126,5 @@ def gat_forward(conv, graph, feat, edge_weight=None, get_attention=False):
         raise DGLError("There are 0-in-degree nodes in the graph, output for those nodes will "
                        "be invalid. Setting ``allow_zero_in_degree`` to be `True` when "
                        "constructing this module will suppress the check.")
-    heads, out = conv._num_heads, conv._out_feats
-    prefix = feat.shape[:-1]
-    h = conv.feat_drop(feat)
-    ft = conv.fc(h).view(*prefix, heads, out)
-    el = (ft * conv.attn_l).sum(dim=-1).unsqueeze(-1)
-    er = (ft * conv.attn_r).sum(dim=-1).unsqueeze(-1)
-    rst = GatAttention.apply(graph._rt, ft, el, er, float(conv.leaky_relu.negative_slope))
-    if conv.res_fc is not None:
-        rst = rst + conv.res_fc(h).view(*prefix, -1, out)
-    if conv.has_explicit_bias:
-        rst = rst + conv.bias.view(*((1,) * len(prefix)), heads, out)
-    if conv.activation:
-        rst = conv.activation(rst)
-    return rst
+    return gat_fused(conv, feat, lambda ft, el, er, slope: GatAttention.apply(
+        graph._rt, ft, el, er, slope))

@@ -2,7 +2,8 @@
 
 ``ShardOp`` runs one DGL builtin (a gspmm for ``update_all``, a gsddmm for ``apply_edges``)
 shard by shard: the rows of one remote part are fetched, folded into the local result and
-dropped. Only the local inputs are saved for backward. Backward either pushes gradients
+dropped. Aggregations (gspmm) go through the sequential-aggregation core
+(:mod:`dsgraph.seqagg.kernels`), ``chunk_rows`` source rows at a time. Only the local inputs are saved for backward. Backward either pushes gradients
 through each shard without any source values (linear cases: copy_u/u_mul_e/u_div_e with sum
 or mean, u_add_v/u_sub_v) or rematerializes each shard under autograd (everything else:
 max/min reductions, GAT's u_mul_e when the attention needs a gradient) and returns the
@@ -20,6 +21,7 @@ import torch
 
 from dsgraph.sar.comm import Comm, GradPush, ring_fetch
 from dsgraph.sar.plan import ShardPlan
+from dsgraph.seqagg import kernels
 
 
 @dataclass(frozen=True)
@@ -41,18 +43,14 @@ class Runtime:
     comm: Comm
     mode: str = "sar"
     prefetch: bool = False
+    chunk_rows: int = 0  # source rows per chunk of the core's kernels (0: a whole shard)
 
     def fetch(self, x: torch.Tensor):
         """Ring over parts yielding (part, rows needed from it); local part first."""
         return ring_fetch(self.comm, self.plan.need, self.plan.send_rows, x, self.prefetch)
 
 
-def _sum_to(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """Sum a broadcast result back to ``shape`` (leading row dimension kept)."""
-    if tuple(t.shape[1:]) == tuple(shape[1:]):
-        return t
-    dims = [i for i, (a, b) in enumerate(zip(t.shape[1:], shape[1:]), start=1) if b == 1 and a != 1]
-    return t.sum(dim=dims, keepdim=True)
+_sum_to = kernels._sum_to
 
 
 def _compute(spec: OpSpec, g, uj, v, ej) -> torch.Tensor:
@@ -79,20 +77,15 @@ def _is_linear(spec: OpSpec, v_grad: bool, e_grad: bool) -> bool:
 
 def _linear_grads(spec: OpSpec, plan: ShardPlan, j: int, gout: torch.Tensor,
                   u_shape: tuple, v: Optional[torch.Tensor], ej: Optional[torch.Tensor],
-                  need_u: bool, need_v: bool, need_e: bool):
+                  need_u: bool, need_v: bool, need_e: bool, chunk_rows: int = 0):
     """Gradients of one shard of a linear op: (u rows of shard j, v contribution, e slice)."""
     gu = gv = ge = None
     if spec.kind == "spmm":
         if need_u:
-            rg = plan.reverse_shard(j)
-            if spec.op == "copy_lhs" and spec.reduce == "mean":
-                d = plan.edge_dst_degree(j, gout.dtype).view((-1,) + (1,) * (gout.dim() - 1))
-                gu = dgl.ops.gspmm(rg, "div", "sum", gout, d)
-            elif spec.op == "copy_lhs":
-                gu = dgl.ops.gspmm(rg, "copy_lhs", "sum", gout, None)
-            else:
-                gu = dgl.ops.gspmm(rg, spec.op, "sum", gout, ej)
-            gu = _sum_to(gu, u_shape)
+            per_edge = spec.op == "copy_lhs" and spec.reduce == "mean"
+            gu = kernels.spmm_linear_grad(
+                plan.group(j), spec.op, gout, ej, u_shape, chunk_rows,
+                plan.edge_dst_degree(j, gout.dtype) if per_edge else None)
         return gu, gv, ge
     # sddmm add/sub/copy: d out / d operand = +-1 per edge
     sign = {"lhs": 1.0, "rhs": -1.0 if spec.op == "sub" else 1.0}
@@ -122,6 +115,12 @@ class ShardOp(torch.autograd.Function):
         ctx.rng = torch.get_rng_state()  # replayed when rematerializing (see _remat)
         linear = _is_linear(spec, ctx.needs[1], ctx.needs[2])
         keep = rt.mode == "sa" and not linear and any(ctx.needs)
+        ctx.first_chunk = None
+        if spec.kind == "spmm" and not keep:
+            acc = _core_spmm(ctx, rt, spec, u, e)
+            ctx.kept, ctx.linear, ctx.u_shape = None, linear, tuple(u.shape)
+            ctx.save_for_backward(u, v, e)
+            return acc
         kept: list = []
         acc: Optional[torch.Tensor] = None
         winner: Optional[torch.Tensor] = None
@@ -170,7 +169,7 @@ class ShardOp(torch.autograd.Function):
                 acc = acc.masked_fill(dead, 0.0)
                 del dead
         ctx.kept = kept if keep else None
-        ctx.winner = winner
+        ctx.winner = winner  # sa: the part that won (its kept graph gets the gradient)
         ctx.linear = linear
         ctx.u_shape = tuple(u.shape)
         ctx.save_for_backward(u, v, e)
@@ -229,7 +228,7 @@ class ShardOp(torch.autograd.Function):
                     continue
                 ej = plan.edge_slice(e, j)
                 deliver(j, *_linear_grads(spec, plan, j, shard_grad(j), ctx.u_shape, v, ej,
-                                          need_u, need_v, need_e))
+                                          need_u, need_v, need_e, rt.chunk_rows))
         elif ctx.kept is not None:  # sa: reuse the forward's shard graphs
             # in ring order, empty shards included: every worker pushes round 1, 2, ... in turn
             kept = {j: (leaves, p) for j, leaves, p in ctx.kept}
@@ -241,6 +240,19 @@ class ShardOp(torch.autograd.Function):
                     del leaves, p
                 else:
                     deliver(j, None, None, None)
+        elif ctx.first_chunk is not None and ctx.winner is not None:
+            # sar max/min: refetch each shard; each chunk gets the gradient where it won
+            for j, uj in rt.fetch(u):
+                if j not in ctx.first_chunk:
+                    deliver(j, None, None, None)
+                    continue
+                ej = plan.edge_slice(e, j)
+                gu, ge = kernels.spmm_minmax_grad(plan.group(j), spec.op, spec.reduce, uj, ej,
+                                                  gout, ctx.winner, ctx.first_chunk[j],
+                                                  rt.chunk_rows, need_e)
+                del uj
+                deliver(j, gu if need_u else None, None, ge)
+                del gu, ge
         else:  # sar: refetch each shard's rows and recompute it under autograd
             with torch.random.fork_rng(devices=[]):
                 for j, uj in rt.fetch(u):
@@ -260,6 +272,25 @@ class ShardOp(torch.autograd.Function):
         if need_e and grads["e"] is None:
             grads["e"] = torch.zeros_like(e)
         return None, None, grads["u"], grads["v"], grads["e"]
+
+
+def _core_spmm(ctx, rt: Runtime, spec: OpSpec, u: torch.Tensor,
+               e: Optional[torch.Tensor]) -> torch.Tensor:
+    """Forward of an aggregation: every shard folded into destination state by the core."""
+    plan = rt.plan
+    state = kernels.SpmmState(spec.reduce)
+    first: dict[int, int] = {}
+    for j, uj in rt.fetch(u):
+        if j != plan.rank and not plan.shard_has_edges(j):
+            continue
+        first[j] = kernels.spmm_fold(state, plan.group(j), spec.op, uj, plan.edge_slice(e, j),
+                                     rt.chunk_rows)
+        del uj
+    rows = tuple(u.shape[1:]) if spec.op == "copy_lhs" or e is None else \
+        tuple(torch.broadcast_shapes(tuple(u.shape[1:]), tuple(e.shape[1:])))
+    acc = kernels.spmm_finish(state, plan.num_local, rows, plan.in_degrees, u.dtype)
+    ctx.winner, ctx.first_chunk = state.winner, first
+    return acc
 
 
 def _leaves(uj, v, ej, needs):

@@ -2,7 +2,8 @@
 
 Worker k's in-edges are split by the part that owns their source: shard j holds the edges
 from part j into k as a DGL block over the distinct needed rows of j (compact ids) and k's
-local nodes. One exchange of id lists at set-up tells every worker which of its own rows each
+local nodes, sorted by source row: a :class:`dsgraph.seqagg.chunks.GroupGraph`, which the
+sequential-aggregation core processes in chunks of source rows. One exchange of id lists at set-up tells every worker which of its own rows each
 peer needs (``send_rows``); global out-degrees are summed the same way.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dsgraph.partition.reader import LocalPartition
+from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
 
 
 def _exchange(rank: int, world: int, sends: list[torch.Tensor], sizes: list[int],
@@ -62,8 +64,9 @@ class ShardPlan:
             else:
                 uniq, compact = torch.unique(s, return_inverse=True)
                 self.need[j], self.need_rows[j], nsrc = uniq.numel(), uniq, uniq.numel()
+            compact, d, _ = sort_by_src(compact, dst[a:b])  # chunks of rows = edge slices
             self._shard_src.append(compact.to(self.idtype))
-            self._shard_dst.append(dst[a:b].to(self.idtype))
+            self._shard_dst.append(d.to(self.idtype))
             self.num_src.append(nsrc)
         del src, dst, owner
         self.halo_offsets = [0] * n  # position of part j's rows in the one-shot halo buffer
@@ -73,8 +76,7 @@ class ShardPlan:
                 self.halo_offsets[j] = off
                 off += self.need[j]
         self.num_halo = off
-        self._graphs: dict[int, object] = {}
-        self._rgraphs: dict[int, object] = {}
+        self._groups: dict[int, GroupGraph] = {}
         self._has_in: dict[int, torch.Tensor] = {}
         self._local = None
         self.send_rows: list[torch.Tensor] = [torch.empty(0, dtype=torch.int64)] * n
@@ -108,25 +110,22 @@ class ShardPlan:
 
     # --- graphs (built lazily: a mode uses either the shards or the whole local block) -----
 
+    def group(self, j: int) -> GroupGraph:
+        """Shard j as a group of the sequential-aggregation core (edges sorted by row)."""
+        gg = self._groups.get(j)
+        if gg is None:
+            gg = GroupGraph(self._shard_src[j], self._shard_dst[j], self.num_src[j],
+                            self.num_local, self.idtype)
+            self._groups[j] = gg
+        return gg
+
     def shard(self, j: int):
         """Block of shard j: compact rows of part j (or local ids for j == rank) -> local nodes."""
-        g = self._graphs.get(j)
-        if g is None:
-            g = dgl.create_block((self._shard_src[j], self._shard_dst[j]),
-                                 num_src_nodes=self.num_src[j], num_dst_nodes=self.num_local,
-                                 idtype=self.idtype)
-            self._graphs[j] = g
-        return g
+        return self.group(j).block(0, self.num_src[j])
 
     def reverse_shard(self, j: int):
         """Shard j with edges reversed (local nodes -> part j's rows), same edge order."""
-        g = self._rgraphs.get(j)
-        if g is None:
-            g = dgl.create_block((self._shard_dst[j], self._shard_src[j]),
-                                 num_src_nodes=self.num_local, num_dst_nodes=self.num_src[j],
-                                 idtype=self.idtype)
-            self._rgraphs[j] = g
-        return g
+        return self.group(j).block(0, self.num_src[j], reverse=True)
 
     def has_in_edge(self, j: int) -> torch.Tensor:
         """Bool per local node: does shard j have an edge into it (max/min need this)."""
@@ -150,12 +149,13 @@ class ShardPlan:
                 idtype=self.idtype)
         return self._local
 
-    def materialize(self, mode: str) -> None:
+    def materialize(self, mode: str, chunk_rows: int = 0) -> None:
         """Build (with sparse formats) every graph ``mode`` uses now rather than on first use."""
         graphs = [self.local_block()]
         if mode != "one_shot" and self.any_remote:
             for j in range(self.world):
                 graphs += [self.shard(j), self.reverse_shard(j)]
+                self.group(j).materialize(chunk_rows)
                 self.has_in_edge(j)
         for g in graphs:
             g.create_formats_()

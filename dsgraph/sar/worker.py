@@ -36,12 +36,12 @@ class SarWorker:
 
 
 def setup_worker(part_json: str | Path, rank: int, world: int, mode: str = "sar",
-                 prefetch: bool = False) -> SarWorker:
+                 prefetch: bool = False, chunk_rows: int = 0) -> SarWorker:
     """Load part ``rank`` and build its plan (collective: every worker must call it)."""
     part = load_local_partition(part_json, rank, world)
     plan = ShardPlan(part)
     comm = Comm(rank, world)
-    rt = Runtime(plan, comm, mode, prefetch)
+    rt = Runtime(plan, comm, mode, prefetch, chunk_rows)
     w = SarWorker(part, plan, comm, rt, SarGraph(rt))
     w.set_mode(mode)
     return w

@@ -1,6 +1,7 @@
 """Gradient checks of SAR against single-process DGL (test harness of ``test_sar_grad``).
 
-A *case* is (model name, model args, mode, dtype, num_classes); both sides build the model after
+A *case* is (model name, model args, mode, dtype, num_classes, optional ``chunk_rows`` of the
+sequential-aggregation core); both sides build the model after
 ``torch.manual_seed(seed)`` so initial weights are identical. :func:`run_cases` runs every case
 on N real gloo worker processes (one SAR worker per partition), :func:`reference_case` runs it on
 the whole graph with plain DGL in this process; :func:`rel_err` / :func:`max_rel_err` compare.
@@ -136,6 +137,7 @@ def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: l
     results = []
     for case in cases:
         w.set_mode(case["mode"])
+        w.rt.chunk_rows = case.get("chunk_rows", 0)
         sent0 = w.comm.bytes_sent
         model = make_model(case, nd["feat"].shape[1], case["num_classes"], seed)
         prepare_model(model)

@@ -4,7 +4,8 @@ Each test partitions a small graph, starts N workers once and runs every case th
 SAGE mean, SAGE pool, GAT) x (sar, sa, one_shot) x (float64, float32): loss, every parameter
 gradient and the input-feature gradient (mapped back through the stored original ids) are
 compared with a plain DGL full-graph run, then the weights after 5 Adam steps. GAT in ``sar``
-mode must run the fused attention: no tensor with a row per edge is saved for backward.
+mode must run the fused attention: no tensor with a row per edge is saved for backward. The
+``sar`` cases run again with the core's chunks of 3 source rows (``chunk_rows``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ MODELS = [("gcn", {"hidden": 8}), ("sage", {"hidden": 8}),
 MODES = ("sar", "sa", "one_shot")
 CASES = [dict(model=m, args=a, mode=mode, dtype=dt, num_classes=3)
          for m, a in MODELS for mode in MODES for dt in ("float64", "float32")]
+# the shared core in chunks of 3 source rows (smaller than every remote shard)
+CHUNKED = [dict(model=m, args=a, mode="sar", dtype="float64", num_classes=3, chunk_rows=3)
+           for m, a in MODELS]
 TOL = {"float64": 1e-9, "float32": 2e-4}
 
 
@@ -44,7 +48,7 @@ def make_graph(n: int, blocks: list[int] | None = None, seed: int = 0):
 def check(g, results: list[dict], world: int) -> None:
     """Compare every case with the single-process reference; modes must agree too."""
     by_key: dict = {}
-    for case, got in zip(CASES, results):
+    for case, got in zip(CASES + CHUNKED, results):
         ref = harness.reference_case(g, case)
         tol = TOL[case["dtype"]]
         name = f"{case['model']}{case['args'].get('aggregator', '')}/{case['mode']}/{case['dtype']}"
@@ -66,7 +70,8 @@ def check(g, results: list[dict], world: int) -> None:
                     assert max(counts) == 0, (name, counts)
                 else:
                     assert min(counts) > 0, (name, counts)
-        by_key.setdefault((case["model"], str(case["args"]), case["dtype"]), []).append(got)
+        if "chunk_rows" not in case:
+            by_key.setdefault((case["model"], str(case["args"]), case["dtype"]), []).append(got)
     for key, runs in by_key.items():
         assert len(runs) == len(MODES)
         for other in runs[1:]:
@@ -80,7 +85,7 @@ def test_gradients_match_single_process(world, tmp_path):
     g = make_graph(120, seed=world)
     part_json = partition_graph(g, world, tmp_path / "parts", method="metis" if world > 1
                                 else "random")
-    results = harness.run_cases(str(part_json), world, CASES, str(tmp_path))
+    results = harness.run_cases(str(part_json), world, CASES + CHUNKED, str(tmp_path))
     check(g, results, world)
 
 
@@ -93,5 +98,5 @@ def test_four_uneven_parts_with_empty_shards(tmp_path):
     g = make_graph(sum(sizes), blocks=sizes, seed=7)
     assign = np.repeat(np.arange(4), sizes)
     part_json = write_partitions(g, assign, tmp_path / "parts", "graph")
-    results = harness.run_cases(str(part_json), 4, CASES, str(tmp_path))
+    results = harness.run_cases(str(part_json), 4, CASES + CHUNKED, str(tmp_path))
     check(g, results, 4)

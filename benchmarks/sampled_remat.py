@@ -1,0 +1,374 @@
+"""Sampled training with rematerialization: per-trainer peak activation memory, time per batch, accuracy.
+
+Settings: fanouts [10, 25], [15, 10, 5] and [25, 25] (one layer per fanout), feature width 128
+and 512, hidden 256 (GAT: 4 heads of 64), GraphSAGE (mean) and GAT; variants ``stock`` (plain
+sampled training), ``remat`` (``sampled.rematerialize``: the first block's sources aggregated one
+owning partition at a time, in chunks of ``sar.chunk_rows`` rows, rebuilt in backward) and
+``remat_int2`` (the same plus ``compression.enabled``: INT2 saves inside each group's recompute).
+
+Every setting is a real ``train.mode: sampled`` job (``train.__main__.launch``: 2 METIS
+partitions on this host, 2 DistGraph servers, 2 trainers), fresh processes per repeat, each
+trainer with this module's :func:`measure` hook, which wraps the trainer's step and the
+strategy's epoch and evaluation:
+- before the first batch (``on_ready``) libraries are paged in and RSS is read (``rss_before``);
+- the first training batch is a warm-up; after it the RSS high-water mark is reset
+  (:func:`dsgraph.procstats.reset_peak_rss`), and again at the start of every later epoch, so
+  evaluation and checkpointing between epochs never count;
+- an epoch's activation memory = the trainer's peak RSS during its training batches minus
+  ``rss_before``, the worst of the 2 trainers; ``peak_act_mb`` is the median over the measured
+  epochs of the setting's ``repeats`` jobs (each epoch a fresh measurement after a reset),
+  ``act_spread_mb`` their max - min;
+- ``batch_s`` = the slower trainer's median time from one step's end to the next's within an
+  epoch (sampling, feature pulls, forward, backward, optimizer step), median over jobs;
+  ``batch_spread_s`` the interquartile range of those batch times.
+``test_acc`` is the median final test accuracy (layer-wise exact inference); the run trains
+``epochs`` epochs, evaluating after each, and ``acc_settled`` says whether the last two
+validation accuracies of every job are within 0.5 point. Processes are measured as in the
+``sar`` benchmark: allocations >= 64 KiB mmap-served (``MMAP_ENV``), one thread per process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks.harness import Report, View, bars, median, render_saved
+from dsgraph import dist
+from dsgraph.procstats import file_rss_mb, peak_rss_mb, reset_peak_rss, rss_mb
+from dsgraph.trainer import Hook, Trainer
+
+COLUMNS = ("model", "fanouts", "feat_dim", "variant", "peak_act_mb", "act_spread_mb",
+           "act_ratio", "batch_s", "batch_spread_s", "time_ratio", "test_acc", "acc_settled",
+           "remote_feature_mb")
+KEY = ("model", "fanouts", "feat_dim", "variant")
+TITLE = "Sampled training with rematerialization: peak activation memory per trainer, time, accuracy"
+FANOUTS = ([10, 25], [15, 10, 5], [25, 25])
+FEAT_DIMS = (128, 512)
+VARIANTS = ("stock", "remat", "remat_int2")
+HIDDEN = 256
+MODELS = {"sage": {"hidden": HIDDEN, "aggregator": "mean"}, "gat": {"hidden": HIDDEN // 4, "heads": 4}}
+CHUNK_ROWS = 2048  # sar.chunk_rows of the remat variants
+SETTLED = 0.005  # "accuracy has settled": the last two validation accuracies within 0.5 point
+CACHE = Path("data/bench_sampled_remat")
+# See benchmarks/sar.py: glibc reads it at start, so it is set for every measured process.
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
+
+
+def _scale(quick: bool) -> dict[str, Any]:
+    """Graph size, batch, epochs and repeats (the full run fits ~30 min on 2 idle cores)."""
+    if quick:
+        return {"num_nodes": 3000, "batch_size": 128, "epochs": 2, "repeats": 1,
+                "fanouts": FANOUTS[:1], "feat_dims": FEAT_DIMS[:1]}
+    # Measured (GAT [25, 25], width 512, the heaviest): ~30 s of job start-up + ~5 s per epoch;
+    # 36 settings x 1 job x 5 epochs (5 measured peaks each) ~ 30 min. Accuracy has settled
+    # by epoch 5 (the last two evaluations within SETTLED; ``acc_settled`` checks it).
+    return {"num_nodes": 20_000, "batch_size": 256, "epochs": 5, "repeats": 1,
+            "fanouts": FANOUTS, "feat_dims": FEAT_DIMS}
+
+
+# --- the measuring hook (runs inside every trainer) ----------------------------------------------
+
+class BatchMeter(Hook):
+    """Peak RSS during training batches after a warm-up batch, and time per batch (see the
+    module docstring); ``on_end`` adds ``bench_trainers`` (one dict per rank) to metrics.json."""
+
+    def __init__(self, warmup: int = 1) -> None:
+        self.warmup, self.steps = warmup, 0
+        self.rss_before = self.rss_warm = self.file_mb = 0.0
+        self.mark: Optional[float] = None
+        self.batch_s: list[float] = []
+        self.epoch_peaks: list[float] = []  # per epoch: peak RSS of its measured batches
+        self.epoch_reset: list[float] = []  # per epoch: RSS when its peak was reset
+        self.reset_at = 0.0
+        self.measured = 0  # measured batches in the current epoch
+
+    def on_ready(self, trainer: Trainer) -> None:
+        from benchmarks.sar import _page_in_libraries
+        _page_in_libraries()  # library code first run in a batch is not activation memory
+        self.file_mb = file_rss_mb()
+        self.rss_before = rss_mb()
+        step, strategy = trainer.step, trainer.strategy
+        train_epoch = strategy.train_epoch
+
+        def measured_step(loss, timers=None):
+            step(loss, timers)
+            self._after_step()
+
+        def measured_epoch(tr, epoch):
+            if self.warmed:
+                self.reset_at = rss_mb()
+                reset_peak_rss()
+            self.mark, self.measured = None, 0  # the loader's start is not a batch
+            try:
+                return train_epoch(tr, epoch)
+            finally:
+                if self.measured:
+                    self.epoch_peaks.append(peak_rss_mb())
+                    self.epoch_reset.append(self.reset_at)
+
+        trainer.step = measured_step  # type: ignore[method-assign]
+        # evaluation and checkpointing run after the epoch's peak is read: they never count
+        strategy.train_epoch = measured_epoch  # type: ignore[method-assign]
+
+    @property
+    def warmed(self) -> bool:
+        """Whether the warm-up batches are done (the peak is being measured)."""
+        return self.steps >= self.warmup
+
+    def _after_step(self) -> None:
+        now = time.perf_counter()
+        self.steps += 1
+        if self.steps == self.warmup:
+            self.rss_warm = self.reset_at = rss_mb()
+            reset_peak_rss()
+        elif self.warmed:
+            self.measured += 1
+            if self.mark is not None:
+                self.batch_s.append(now - self.mark)
+        self.mark = now
+
+    def on_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        summary["bench_trainers"] = dist.gather_values({
+            "rss_before_mb": self.rss_before, "rss_warm_mb": self.rss_warm,
+            "epoch_act_mb": [p - self.rss_before for p in self.epoch_peaks],
+            "epoch_growth_mb": [p - r for p, r in zip(self.epoch_peaks, self.epoch_reset)],
+            "steps": self.steps, "batch_s": self.batch_s,
+            "rss_file_growth_mb": file_rss_mb() - self.file_mb})
+
+
+def measure() -> Hook:
+    """``--hook benchmarks.sampled_remat:measure``: the per-batch memory and time measurement."""
+    return BatchMeter()
+
+
+# --- records -------------------------------------------------------------------------------------
+
+def job_figures(summary: dict, records: list[dict]) -> dict[str, Any]:
+    """One job's figures from its metrics.json and metrics.jsonl: per measured epoch the worst
+    trainer's activation MB; the slower trainer's batch times; final accuracy and whether the
+    last two validation accuracies are within ``SETTLED``."""
+    trainers = summary["bench_trainers"]
+    epochs = min(len(t["epoch_act_mb"]) for t in trainers)
+    timed = [t["batch_s"] for t in trainers if t["batch_s"]]
+    vals = [r["val_acc"] for r in records if r.get("val_acc") is not None]
+    return {"epoch_act_mb": [max(t["epoch_act_mb"][e] for t in trainers) for e in range(epochs)],
+            # peak minus RSS at the reset: excludes what the warm-up or evaluation left resident
+            "epoch_growth_mb": [max(t.get("epoch_growth_mb", t["epoch_act_mb"])[e] for t in trainers)
+                                for e in range(epochs)],
+            "batch_times": max(timed, key=median) if timed else [],
+            "warm_growth_mb": max(t["rss_warm_mb"] - t["rss_before_mb"] for t in trainers),
+            "rss_before_mb": max(t["rss_before_mb"] for t in trainers),
+            "test_acc": summary.get("last_test_acc", summary.get("test_acc")),
+            "settled": len(vals) >= 2 and abs(vals[-1] - vals[-2]) <= SETTLED,
+            "val_accs": vals,
+            "remote_feature_mb": median(r.get("remote_feature_bytes", 0) for r in records) / 2**20,
+            "wall_s": summary["wall_s"]}
+
+
+def combine(setting: dict, jobs: list[dict]) -> dict[str, Any]:
+    """A setting's record from its jobs. Memory: median and max - min over every measured epoch
+    of every job (each epoch's peak is measured afresh after a reset). Time: median of the jobs'
+    median batch times; spread = interquartile range of all their batch times."""
+    acts = [a for j in jobs for a in j["epoch_act_mb"]]
+    times = sorted(t for j in jobs for t in j["batch_times"])
+    job_times = [median(j["batch_times"]) for j in jobs if j["batch_times"]]
+    accs = [j["test_acc"] for j in jobs if j["test_acc"] is not None]
+
+    def quartile(q: int) -> float:
+        return float(statistics.quantiles(times, n=4)[q]) if len(times) >= 2 else times[0]
+
+    return {**setting, "peak_act_mb": median(acts) if acts else None,
+            "act_spread_mb": max(acts) - min(acts) if acts else None,
+            "batch_s": median(job_times) if job_times else None,
+            "batch_spread_s": quartile(2) - quartile(0) if times else None,
+            "test_acc": median(accs) if accs else None,
+            "acc_spread": max(accs) - min(accs) if accs else None,
+            "acc_settled": all(j["settled"] for j in jobs),
+            "warm_growth_mb": median(j["warm_growth_mb"] for j in jobs),
+            "rss_before_mb": median(j["rss_before_mb"] for j in jobs),
+            "remote_feature_mb": median(j["remote_feature_mb"] for j in jobs),
+            "jobs": len(jobs), "measured_epochs": len(acts), "batches_timed": len(times),
+            "epoch_act_mb": [j["epoch_act_mb"] for j in jobs],
+            "epoch_growth_mb": [j.get("epoch_growth_mb") for j in jobs],
+            "val_accs": [j["val_accs"] for j in jobs], "wall_s": sum(j["wall_s"] for j in jobs)}
+
+
+def add_ratios(records: list[dict]) -> None:
+    """``act_ratio`` and ``time_ratio``: each record against ``stock`` of the same model,
+    fanouts and feature width (None where that stock record is missing)."""
+    stock = {(r["model"], str(r["fanouts"]), r["feat_dim"]): r for r in records
+             if r["variant"] == "stock"}
+    for r in records:
+        s = stock.get((r["model"], str(r["fanouts"]), r["feat_dim"]))
+        ok = s is not None and s["peak_act_mb"] and s["batch_s"] and r["batch_s"] is not None
+        r["act_ratio"] = r["peak_act_mb"] / s["peak_act_mb"] if ok else None
+        r["time_ratio"] = r["batch_s"] / s["batch_s"] if ok else None
+        r["acc_delta"] = (r["test_acc"] - s["test_acc"]
+                          if s is not None and None not in (r["test_acc"], s["test_acc"]) else None)
+
+
+# --- running the jobs ----------------------------------------------------------------------------
+
+def _variant_sets(variant: str) -> list[str]:
+    return {"stock": ["sampled.rematerialize=false", "compression.enabled=false"],
+            "remat": ["sampled.rematerialize=true", "compression.enabled=false",
+                      f"sar.chunk_rows={CHUNK_ROWS}"],
+            "remat_int2": ["sampled.rematerialize=true", "compression.enabled=true",
+                           f"sar.chunk_rows={CHUNK_ROWS}"]}[variant]
+
+
+def _partitions(scale: dict, feat_dim: int) -> list[str]:
+    """Dataset overrides of the graph with ``feat_dim`` features; its 2 partitions (cached)."""
+    from dsgraph import config as config_mod
+    from dsgraph.data import load_graph
+    from dsgraph.partition import partition_graph
+    root = (CACHE / f"n{scale['num_nodes']}-f{feat_dim}").resolve()
+    base = [f"dataset.num_nodes={scale['num_nodes']}", f"dataset.feat_dim={feat_dim}",
+            f"dataset.cache_dir={root / 'data'}", f"partition.out_dir={root / 'p2'}",
+            "partition.num_parts=2"]
+    if not (root / "p2" / "graph.json").exists():
+        g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
+        partition_graph(g, 2, root / "p2", force=True)
+    return base
+
+
+def _job(base: list[str], setting: dict, scale: dict, run_dir: Path) -> dict[str, Any]:
+    """One fresh job of ``setting``; its figures (:func:`job_figures`)."""
+    from dsgraph import config as config_mod
+    from dsgraph.metrics import read_records
+    from dsgraph.runs import prepare_run_dir
+    from train.__main__ import launch
+    args = dict(MODELS[setting["model"]], num_layers=len(setting["fanouts"]))
+    cfg = config_mod.load("configs/default.yaml", base + [
+        f"model.name={setting['model']}", f"model.args={json.dumps(args)}",
+        f"sampled.fanouts={json.dumps(setting['fanouts'])}",
+        f"sampled.batch_size={scale['batch_size']}", f"train.epochs={scale['epochs']}",
+        "train.eval_every=1", "train.seed=0", "train.timeout_s=1800", "cluster.num_threads=1",
+        *_variant_sets(setting["variant"])])
+    run_dir = prepare_run_dir(cfg, str(run_dir), resume=False, force=True)
+    saved = {k: os.environ.get(k) for k in MMAP_ENV}
+    os.environ.update(MMAP_ENV)  # the launcher passes its environment on to every process
+    try:
+        summary = launch(cfg, run_dir, False, ["--hook", "benchmarks.sampled_remat:measure"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return job_figures(summary, read_records(run_dir))
+
+
+def run(quick: bool) -> Path:
+    """Every model x fanouts x feature width x variant, ``repeats`` fresh jobs each."""
+    scale = _scale(quick)
+    report = Report(VIEW, quick, repeats=scale["repeats"])
+    report.extra["settings"] = {**{k: v for k, v in scale.items() if k not in ("fanouts", "feat_dims")},
+                                "hidden": HIDDEN, "chunk_rows": CHUNK_ROWS, "partitions": 2,
+                                "trainers": 2, "settled_within": SETTLED,
+                                "models": MODELS, "threads_per_process": 1}
+    t_start = time.perf_counter()
+    records: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="dsgraph-remat-") as tmpd:
+        for feat_dim in scale["feat_dims"]:
+            base = _partitions(scale, feat_dim)
+            for fanouts in scale["fanouts"]:
+                for model in MODELS:
+                    for variant in VARIANTS:
+                        setting = {"model": model, "fanouts": list(fanouts),
+                                   "feat_dim": feat_dim, "variant": variant}
+                        jobs = [_job(base, setting, scale, Path(tmpd) / f"run{len(records)}-{r}")
+                                for r in range(scale["repeats"])]
+                        records.append(report.add(combine(setting, jobs)))
+                        # Saved as it goes: an interrupted full run keeps its finished part.
+                        add_ratios(records)
+                        report.extra["wall_s"] = time.perf_counter() - t_start
+                        report.save(partial=True)
+    add_ratios(records)
+    report.extra["wall_s"] = time.perf_counter() - t_start
+    return report.save()
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw sampled_remat.md and sampled_remat.png from the saved sampled_remat.json."""
+    return render_saved(VIEW, quick)
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+def table_rows(records: list[dict]) -> list[dict]:
+    """The table rows (and what the figure draws): fanouts written as text, e.g. ``10,25``."""
+    return [{**r, "fanouts": ",".join(str(f) for f in r["fanouts"])} for r in records]
+
+
+def _heaviest(records: list[dict], model: str) -> Optional[tuple[str, int]]:
+    """(fanouts, feat_dim) of ``model``'s stock setting with the largest peak activation memory."""
+    stock = [r for r in records if r["model"] == model and r["variant"] == "stock"]
+    if not stock:
+        return None
+    top = max(stock, key=lambda r: r["peak_act_mb"] or 0.0)
+    return str(top["fanouts"]), top["feat_dim"]
+
+
+def _notes(payload: dict) -> list[str]:
+    """Targets at each model's heaviest setting, and how the figures are measured."""
+    recs = payload["records"]
+    lines = ["**Targets** at each model's heaviest setting (largest stock peak): `remat_int2` "
+             "peak activation <= 0.3x stock (GAT) / 0.5x (SAGE), batch time <= 1.3x, accuracy "
+             "within 0.5 point:", ""]
+    for model, limit in (("gat", 0.3), ("sage", 0.5)):
+        heavy = _heaviest(recs, model)
+        r = next((x for x in recs if heavy and x["model"] == model and x["variant"] == "remat_int2"
+                  and (str(x["fanouts"]), x["feat_dim"]) == heavy), None)
+        if r is None or r["act_ratio"] is None:
+            continue
+        acc = (f"accuracy {100 * r['acc_delta']:+.2f} pt "
+               f"({'ok' if abs(r['acc_delta']) <= 0.005 else 'MISSED'})"
+               if r.get("acc_delta") is not None else "accuracy n/a")
+        lines.append(f"- {model} fanouts {r['fanouts']} feat {r['feat_dim']}: memory "
+                     f"{r['act_ratio']:.2f}x ({'ok' if r['act_ratio'] <= limit else 'MISSED'} "
+                     f"<= {limit}x), time {r['time_ratio']:.2f}x "
+                     f"({'ok' if r['time_ratio'] <= 1.3 else 'MISSED'} <= 1.3x), {acc}")
+    s = payload.get("settings", {})
+    lines += ["", f"Graph: {s.get('num_nodes')} nodes (synthetic DC-SBM, 2 METIS partitions, 2 "
+              f"trainers), batch {s.get('batch_size')}, {s.get('epochs')} epochs, "
+              f"{s.get('repeats')} fresh job(s) per setting, `sar.chunk_rows` {s.get('chunk_rows')}."]
+    return ["\n".join(lines),
+            "`peak_act_mb`: the worst trainer's peak RSS during training batches (after a warm-up "
+            "batch, peak reset then and at each epoch's start) minus its RSS before the first "
+            "batch; median over the measured epochs of the setting's job(s), `act_spread_mb` their "
+            "max - min. `batch_s`: the slower trainer's median step-to-step time, "
+            "`batch_spread_s` the interquartile range of its batch times. `act_ratio` / `time_ratio`: against `stock` of "
+            "the same model, fanouts and width. `acc_settled`: the last two validation "
+            "accuracies of every job within 0.5 point. `remote_feature_mb`: feature bytes "
+            "pulled over RPC per epoch (json: `warm_growth_mb`, what the warm-up batch left "
+            "resident, e.g. optimizer state)."]
+
+
+def _plot(rows: list[dict], fig) -> None:
+    """Peak activation memory and time per batch, one bar per row, colour = variant."""
+    colours = {"stock": "tab:gray", "remat": "tab:blue", "remat_int2": "tab:green"}
+    settings = list(dict.fromkeys((r["model"], r["fanouts"], r["feat_dim"]) for r in rows))
+    width = 0.8 / len(VARIANTS)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    for i, variant in enumerate(VARIANTS):
+        rs = [r for r in rows if r["variant"] == variant]
+        xs = [settings.index((r["model"], r["fanouts"], r["feat_dim"])) + (i - 1) * width
+              for r in rs]
+        for ax, column in ((ax1, "peak_act_mb"), (ax2, "batch_s")):
+            bars(ax, xs, rs, column, KEY, width=width, color=colours[variant], label=variant)
+    ax1.set_ylabel("peak activation MB / trainer")
+    ax2.set_ylabel("s / batch")
+    ax2.set_xticks(range(len(settings)), [f"{m} [{f}] f{d}" for m, f, d in settings],
+                   rotation=30, ha="right")
+    ax1.legend(fontsize=7)
+    for ax in (ax1, ax2):
+        ax.grid(axis="y", lw=0.3)
+
+
+VIEW = View("sampled_remat", TITLE, COLUMNS, KEY, rows=table_rows, plot=_plot, notes=_notes,
+            figsize=(12.0, 8.0))

@@ -1,0 +1,90 @@
+"""``GroupGraph``: the edges from one group of source rows into the destination nodes, chunked.
+
+Edges are kept sorted by source row, so the edges of source rows ``[a, b)`` are one slice and a
+chunk's block is built from slices of two index arrays (and cached: SAR reuses it every step).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import dgl
+import torch
+
+
+def sort_by_src(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                                 torch.Tensor]:
+    """``(src, dst, order)`` with edges stably sorted by source (``order`` maps back)."""
+    order = torch.argsort(src, stable=True)
+    return src[order], dst[order], order
+
+
+class GroupGraph:
+    """Edges (compact source row -> destination node) of one group, sorted by source row."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int,
+                 idtype: torch.dtype = torch.int64) -> None:
+        if src.numel() > 1 and bool((src[1:] < src[:-1]).any()):
+            raise ValueError("GroupGraph edges must be sorted by source row")
+        self.src, self.dst = src.to(idtype), dst.to(idtype)
+        self.num_src, self.num_dst, self.idtype = num_src, num_dst, idtype
+        self.num_edges = int(src.numel())
+        # first edge of every source row (num_src + 1 entries): chunk edge ranges are lookups
+        self.row_ptr = torch.searchsorted(self.src.long(), torch.arange(num_src + 1))
+        self._blocks: dict[tuple, object] = {}
+
+    def bounds(self, chunk_rows: int) -> list[tuple[int, int]]:
+        """Source-row ranges of the chunks (one range for ``chunk_rows`` 0; none if no edges)."""
+        if self.num_edges == 0:
+            return []
+        step = self.num_src if chunk_rows <= 0 else chunk_rows
+        return [(a, min(a + step, self.num_src)) for a in range(0, self.num_src, step)]
+
+    def edge_range(self, a: int, b: int) -> tuple[int, int]:
+        """Edge slice of source rows ``[a, b)``."""
+        return int(self.row_ptr[a]), int(self.row_ptr[b])
+
+    def block(self, a: int, b: int, reverse: bool = False):
+        """Block of rows ``[a, b)`` (compact ids ``- a``) into every destination node; with
+        ``reverse`` its edges point back (destinations -> rows), same edge order."""
+        key = (a, b, reverse)
+        g = self._blocks.get(key)
+        if g is None:
+            ea, eb = self.edge_range(a, b)
+            s, d = self.src[ea:eb] - a, self.dst[ea:eb]
+            if reverse:
+                g = dgl.create_block((d, s), num_src_nodes=self.num_dst, num_dst_nodes=b - a,
+                                     idtype=self.idtype)
+            else:
+                g = dgl.create_block((s, d), num_src_nodes=b - a, num_dst_nodes=self.num_dst,
+                                     idtype=self.idtype)
+            self._blocks[key] = g
+        return g
+
+    def chunks(self, chunk_rows: int, reverse: bool = False) -> Iterator[tuple[int, int, object]]:
+        """``(a, b, block)`` per chunk of at most ``chunk_rows`` rows that has edges."""
+        for a, b in self.bounds(chunk_rows):
+            ea, eb = self.edge_range(a, b)
+            if eb > ea:
+                yield a, b, self.block(a, b, reverse)
+
+    def has_in_edge(self, a: int, b: int) -> torch.Tensor:
+        """Bool per destination: does an edge of rows ``[a, b)`` reach it."""
+        ea, eb = self.edge_range(a, b)
+        m = torch.zeros(self.num_dst, dtype=torch.bool)
+        m[self.dst[ea:eb].long()] = True
+        return m
+
+    def forget(self) -> None:
+        """Drop cached chunk blocks (sampled groups live for one step)."""
+        self._blocks.clear()
+
+    def materialize(self, chunk_rows: int) -> None:
+        """Build every chunk block (both directions, sparse formats) now."""
+        for rev in (False, True):
+            for _a, _b, g in self.chunks(chunk_rows, rev):
+                g.create_formats_()
+
+
+def chunk_slice(t: Optional[torch.Tensor], a: int, b: int) -> Optional[torch.Tensor]:
+    """Rows ``[a, b)`` of ``t`` (None stays None)."""
+    return None if t is None else t[a:b]

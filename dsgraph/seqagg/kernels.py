@@ -1,0 +1,239 @@
+"""Chunked kernels of the sequential-aggregation core: fold a group into destination state,
+and a group's gradients in backward, ``chunk_rows`` source rows at a time.
+
+Forward state is destination-sized: a sum (``SpmmState``; a mean divides once at the end), a
+max/min with the id of the chunk that won each value, or GAT's online softmax
+(``SoftmaxState``: running max, denominator and weighted sum, rescaled when the max grows). No
+per-edge tensor outlives a chunk. Backward kernels take a group's rows again (SAR refetches them,
+sampled training pulls and recomputes them) and return the gradients of those rows.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import dgl
+import torch
+
+from dsgraph.errors import ConfigError
+from dsgraph.seqagg.chunks import GroupGraph, chunk_slice
+
+MAX_CHUNKS = 2 ** 15 - 1  # chunk ids of max/min winners are int16
+
+
+def _edge_slice(e: Optional[torch.Tensor], gg: GroupGraph, a: int, b: int):
+    if e is None:
+        return None
+    ea, eb = gg.edge_range(a, b)
+    return e[ea:eb]
+
+
+class SpmmState:
+    """Destination-sized state of one sum/mean/max/min aggregation over groups."""
+
+    def __init__(self, reduce: str) -> None:
+        self.reduce = reduce
+        self.acc: Optional[torch.Tensor] = None
+        self.winner: Optional[torch.Tensor] = None  # max/min: id of the chunk that won
+        self.next_id = 0  # the next chunk's id (max/min)
+
+    @property
+    def minmax(self) -> bool:
+        """Whether this is a max/min aggregation."""
+        return self.reduce in ("max", "min")
+
+
+def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
+              e: Optional[torch.Tensor], chunk_rows: int) -> int:
+    """Fold ``gspmm(op, reduce)`` of group ``gg`` (rows ``u``, edge values ``e`` in the group's
+    edge order) into ``state``, chunk by chunk; return the id of the group's first chunk."""
+    red = "sum" if state.reduce in ("sum", "mean") else state.reduce
+    first = state.next_id
+    for a, b, g in gg.chunks(chunk_rows):
+        uc, ec = u[a:b], _edge_slice(e, gg, a, b)
+        p = dgl.ops.gspmm(g, op, red, uc, None if op == "copy_lhs" else ec)
+        if not state.minmax:
+            state.acc = p if state.acc is None else state.acc.add_(p)
+            continue
+        cid = state.next_id
+        state.next_id += 1
+        if cid > MAX_CHUNKS:
+            raise ConfigError(f"sar.chunk_rows: more than {MAX_CHUNKS} chunks in one max/min "
+                              "aggregation; raise sar.chunk_rows")
+        has = gg.has_in_edge(a, b).view((-1,) + (1,) * (p.dim() - 1))
+        fill = float("-inf") if red == "max" else float("inf")
+        p = p.masked_fill(~has, fill)
+        if state.acc is None:
+            state.acc = p
+            state.winner = torch.full(p.shape, cid, dtype=torch.int16)
+        else:
+            better = p > state.acc if red == "max" else p < state.acc
+            state.acc = torch.where(better, p, state.acc)  # strict: the first chunk wins ties
+            state.winner.masked_fill_(better, cid)
+        del p
+    return first
+
+
+def spmm_finish(state: SpmmState, num_dst: int, row_shape: tuple, in_degrees: torch.Tensor,
+                dtype: torch.dtype) -> torch.Tensor:
+    """The aggregation's result (as ``DGLGraph.update_all``: no message -> 0)."""
+    acc = state.acc
+    if acc is None:
+        if state.minmax:
+            state.winner = torch.full((num_dst,) + tuple(row_shape), -1, dtype=torch.int16)
+        return torch.zeros((num_dst,) + tuple(row_shape), dtype=dtype)
+    if state.reduce == "mean":
+        deg = in_degrees.view((-1,) + (1,) * (acc.dim() - 1)).clamp(min=1).to(acc.dtype)
+        return acc.div_(deg)
+    if state.minmax:
+        dead = torch.isinf(acc)
+        state.winner.masked_fill_(dead, -1)
+        return acc.masked_fill(dead, 0.0)
+    return acc
+
+
+def spmm_linear_grad(gg: GroupGraph, op: str, gout: torch.Tensor, e: Optional[torch.Tensor],
+                     u_shape: tuple, chunk_rows: int,
+                     edge_div: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Gradient of a sum (or, with ``edge_div`` a per-edge destination degree, copy_u mean)
+    aggregation w.r.t. the group's rows: ``gout`` through the reversed edges, chunk by chunk."""
+    gu = gout.new_zeros((gg.num_src,) + tuple(u_shape[1:]))
+    for a, b, rg in gg.chunks(chunk_rows, reverse=True):
+        if op == "copy_lhs" and edge_div is not None:
+            d = _edge_slice(edge_div, gg, a, b).view((-1,) + (1,) * (gout.dim() - 1))
+            g = dgl.ops.gspmm(rg, "div", "sum", gout, d)
+        elif op == "copy_lhs":
+            g = dgl.ops.gspmm(rg, "copy_lhs", "sum", gout, None)
+        else:
+            g = dgl.ops.gspmm(rg, op, "sum", gout, _edge_slice(e, gg, a, b))
+        gu[a:b] += _sum_to(g, gu.shape)
+    return gu
+
+
+def spmm_minmax_grad(gg: GroupGraph, op: str, reduce: str, u: torch.Tensor,
+                     e: Optional[torch.Tensor], gout: torch.Tensor, winner: torch.Tensor,
+                     first_id: int, chunk_rows: int, need_e: bool = False):
+    """(grad of the group's rows, grad of its edge values or None) of a max/min aggregation:
+    each chunk is recomputed under autograd and gets the gradient where it won."""
+    gu = torch.zeros_like(u)
+    ge = torch.zeros_like(e) if need_e and e is not None else None
+    cid = first_id
+    for a, b, g in gg.chunks(chunk_rows):
+        uc = u[a:b].detach().requires_grad_(True)
+        ec = _edge_slice(e, gg, a, b)
+        ec = None if ec is None else ec.detach().requires_grad_(need_e)
+        with torch.enable_grad():
+            p = dgl.ops.gspmm(g, op, reduce, uc, None if op == "copy_lhs" else ec)
+        gp = gout.masked_fill(winner != cid, 0.0)
+        wanted = [uc] + ([ec] if ge is not None else [])
+        got = torch.autograd.grad(p, wanted, gp, allow_unused=True)
+        if got[0] is not None:
+            gu[a:b] += got[0]
+        if ge is not None and got[1] is not None:
+            ea, eb = gg.edge_range(a, b)
+            ge[ea:eb] += got[1]
+        cid += 1
+    return gu, ge
+
+
+def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
+    """Sum a broadcast result back to ``shape`` (leading row dimension kept)."""
+    if tuple(t.shape[1:]) == tuple(shape[1:]):
+        return t
+    dims = [i for i, (a, b) in enumerate(zip(t.shape[1:], shape[1:]), start=1) if b == 1 and a != 1]
+    return t.sum(dim=dims, keepdim=True)
+
+
+# --- GAT: attention + aggregation with an online softmax -------------------------------------
+
+def logits(g, el: torch.Tensor, er: torch.Tensor, slope: float) -> torch.Tensor:
+    """``leaky_relu(el_u + er_v)`` per edge of block ``g``: E x heads x 1.
+
+    With ``slope >= 0`` the result is > 0 exactly where its input is, so backward reads the
+    leaky_relu derivative off the logits and the input need not be kept.
+    """
+    return torch.nn.functional.leaky_relu_(dgl.ops.gsddmm(g, "add", el, er, "u", "v"), slope)
+
+
+def attention(g, s: torch.Tensor, m: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """Softmax weights of the edges of ``g`` from their logits and the destination stats."""
+    a = dgl.ops.gsddmm(g, "sub", s, m, "e", "v").exp_()
+    return dgl.ops.gsddmm(g, "div", a, den, "e", "v")
+
+
+class SoftmaxState:
+    """Online-softmax state per destination and head: running max, denominator, weighted sum."""
+
+    def __init__(self, num_dst: int, heads: int, like: torch.Tensor) -> None:
+        self.m = like.new_full((num_dst, heads, 1), float("-inf"))
+        self.den = like.new_zeros((num_dst, heads, 1))
+        self.acc: Optional[torch.Tensor] = None
+
+
+def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
+                   er: torch.Tensor, slope: float, chunk_rows: int) -> None:
+    """Fold the group's edges (rows ``ft``, ``el``; destination ``er``) into ``st``."""
+    for a, b, g in gg.chunks(chunk_rows):
+        s = logits(g, el[a:b], er, slope)
+        mj = dgl.ops.gspmm(g, "copy_rhs", "max", None, s)
+        mj.masked_fill_(~gg.has_in_edge(a, b).view(-1, 1, 1), float("-inf"))
+        m_new = torch.maximum(st.m, mj)
+        del mj
+        # old terms were scaled by exp(-m); bring them to exp(-m_new). -inf - -inf (no edge
+        # yet on either side) is nan: nothing accumulated there, any finite factor works.
+        scale = torch.exp(st.m - m_new).nan_to_num_(0.0)
+        p = dgl.ops.gsddmm(g, "sub", s, m_new, "e", "v").exp_()
+        del s
+        st.den.mul_(scale).add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, p))
+        part = dgl.ops.gspmm(g, "mul", "sum", ft[a:b], p)
+        del p
+        if st.acc is None:
+            st.acc = part
+        else:
+            st.acc.mul_(scale).add_(part)
+        del part, scale
+        st.m = m_new
+
+
+def attention_finish(st: SoftmaxState, num_dst: int, ft_row_shape: tuple,
+                     like: torch.Tensor) -> torch.Tensor:
+    """``sum_j softmax_j(e_ij) ft_j`` per destination (0 without in-edges, as DGL)."""
+    acc = st.acc if st.acc is not None else like.new_zeros((num_dst,) + tuple(ft_row_shape))
+    return acc.div_(torch.where(st.den > 0, st.den, torch.ones_like(st.den)))
+
+
+def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
+                   er: torch.Tensor, m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor,
+                   slope: float, chunk_rows: int) -> None:
+    """Add the group's share of ``D_i = sum_j a_ij <g_i, ft_j>`` (backward pass 1) to ``dsum``."""
+    for a, b, g in gg.chunks(chunk_rows):
+        att = attention(g, logits(g, el[a:b], er, slope), m, den)
+        att.mul_(dgl.ops.gsddmm(g, "dot", ft[a:b], gout, "u", "v"))
+        dsum.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, att))
+        del att
+
+
+def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                    m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor, dsum: torch.Tensor,
+                    slope: float, chunk_rows: int, grad_er: torch.Tensor):
+    """(grad of the group's ``ft`` rows, of its ``el`` rows); adds the group's share of the
+    destination ``er`` gradient to ``grad_er`` (backward pass 2)."""
+    gft, gel = torch.zeros_like(ft), torch.zeros_like(el)
+    for a, b, g in gg.chunks(chunk_rows):
+        rg = gg.block(a, b, reverse=True)
+        s = logits(g, el[a:b], er, slope)
+        att = attention(g, s, m, den)
+        gft[a:b] = dgl.ops.gspmm(rg, "mul", "sum", gout, att)
+        gs = dgl.ops.gsddmm(g, "dot", ft[a:b], gout, "u", "v")
+        gs = dgl.ops.gsddmm(g, "sub", gs, dsum, "e", "v").mul_(att)
+        del att
+        gz = torch.where(s > 0, gs, gs * slope)  # leaky_relu backward, as torch computes it
+        del s, gs
+        gel[a:b] = dgl.ops.gspmm(rg, "copy_rhs", "sum", None, gz)
+        grad_er.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, gz))
+        del gz
+    return gft, gel
+
+
+__all__ = ["SpmmState", "SoftmaxState", "attention", "attention_dsum", "attention_finish",
+           "attention_fold", "attention_grads", "chunk_slice", "logits", "spmm_finish",
+           "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad"]

@@ -1,0 +1,474 @@
+"""Sampled rematerialization: the first layer of a mini-batch aggregated one owning partition
+at a time and rebuilt in backward, with unmodified ``dgl.nn`` layers.
+
+A :class:`RematBlock` stands in for the batch's first block. Its source nodes are grouped by
+the partition that owns them (the trainer's own first); the model receives a zero-stride
+placeholder instead of their features. Layers installed by :func:`install` (SAGEConv mean/gcn/
+pool, GraphConv, GATConv) then run as one autograd Function (:class:`_RematFn`) that calls the
+layer's own forward on a :class:`GroupBlock` per group:
+
+* forward, per group: pull its rows (:class:`RowSource`), run the layer up to its aggregation,
+  fold the group into destination-sized state with the shared core
+  (:mod:`dsgraph.seqagg.kernels`, ``chunk_rows`` rows at a time), drop the rows; then run the
+  layer once more with no source rows, the aggregation returning the folded result, to produce
+  the output (post-aggregation linear maps, bias, activation).
+* backward: the output run again under autograd gives the gradient of the aggregate. If what
+  the layer aggregated needs no gradient (raw, non-learnable features: SAGE mean or GCN whose
+  linear map follows the aggregation) that is all: nothing is pulled again. Otherwise each
+  group is pulled and recomputed under autograd (with ``compression`` hooks if enabled) and
+  gets its gradient from the core: the reversed edges for sum/mean, the chunks that won for
+  max/min, two passes (softmax term, then gradients) for GAT's fused attention.
+
+Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
+draw different masks per group run and is refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any, Callable, Iterable, Optional, Protocol
+
+import dgl
+import dgl.function as fn
+import torch
+from dgl.nn import GATConv, GraphConv, SAGEConv
+from torch import nn
+
+from dsgraph.errors import UserError
+from dsgraph.seqagg import kernels
+from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
+from dsgraph.seqagg.gat import fusable, gat_fused
+
+SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
+
+
+class RowSource(Protocol):
+    """Where a group's input rows come from."""
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Input rows of global node ids ``ids`` (differentiable if learnable)."""
+
+    def parameters(self) -> Iterable[torch.Tensor]:
+        """Learnable tensors the rows depend on (none for stored features)."""
+
+
+class FeatureRows:
+    """Stored features: ``reader[ids]`` (a DistTensor, ``HaloCachedFeatures`` or a tensor),
+    optionally cast to ``dtype``."""
+
+    def __init__(self, reader: Any, dtype: Optional[torch.dtype] = None) -> None:
+        self.reader, self.dtype = reader, dtype
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of ``ids``."""
+        x = self.reader[ids]
+        return x if self.dtype is None else x.to(self.dtype)
+
+    def parameters(self) -> list:
+        """None: stored features are not learned."""
+        return []
+
+
+class EmbeddingRows:
+    """Learnable input embeddings: ``module(ids)`` (an ``nn.Embedding`` over global ids, say)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embedding rows of ``ids``."""
+        return self.module(ids)
+
+    def parameters(self) -> list:
+        """The module's parameters."""
+        return list(self.module.parameters())
+
+
+class Group:
+    """Source rows of one owning partition and their edges (a GroupGraph)."""
+
+    __slots__ = ("part", "rows", "ids", "graph", "first_chunk")
+
+    def __init__(self, part: int, rows: torch.Tensor, ids: torch.Tensor, graph: GroupGraph) -> None:
+        self.part, self.rows, self.ids, self.graph = part, rows, ids, graph
+        self.first_chunk = 0
+
+
+class RematBlock:
+    """A sampled block whose source rows are pulled and aggregated one owning partition at a
+    time (see the module docstring). ``owner(ids)`` gives the partition of global ids."""
+
+    def __init__(self, block, source: RowSource, owner: Callable[[torch.Tensor], torch.Tensor],
+                 own_part: int = 0, chunk_rows: int = 0, compression: Any = None,
+                 width: Optional[int] = None, dtype: Optional[torch.dtype] = None) -> None:
+        self.block, self.source, self.chunk_rows = block, source, chunk_rows
+        self.compression = compression
+        self.num_src, self.num_dst = block.num_src_nodes(), block.num_dst_nodes()
+        self.num_edges = block.num_edges()
+        self.src_ids = block.srcdata[dgl.NID]
+        self.dst_ids = block.dstdata[dgl.NID]
+        self.in_deg = block.in_degrees()
+        self.out_deg = block.out_degrees()
+        u, v = block.edges()
+        u, v = u.long(), v.long()
+        part = owner(self.src_ids).long()
+        parts = torch.unique(part).tolist()
+        order = [own_part] * (own_part in parts) + [p for p in parts if p != own_part]
+        pos = torch.empty(self.num_src, dtype=torch.int64)
+        self.groups: list[Group] = []
+        for p in order:
+            rows = (part == p).nonzero().squeeze(1)
+            pos[rows] = torch.arange(rows.numel())
+            keep = part[u] == p
+            if not bool(keep.any()):
+                continue  # its rows reach no destination: never pulled
+            s, d, _ = sort_by_src(pos[u[keep]], v[keep])
+            self.groups.append(Group(p, rows, self.src_ids[rows],
+                                     GroupGraph(s, d, rows.numel(), self.num_dst)))
+        self.width, self.dtype = width, dtype
+
+    def placeholder(self, width: int, dtype: torch.dtype) -> torch.Tensor:
+        """What the model gets as the block's input features: the right shape, no memory."""
+        self.width, self.dtype = width, dtype
+        return torch.zeros((), dtype=dtype).expand(self.num_src, width)
+
+    def num_dst_nodes(self) -> int:
+        """Destination nodes of the block."""
+        return self.num_dst
+
+    number_of_dst_nodes = num_dst_nodes
+
+    def num_src_nodes(self) -> int:
+        """Source nodes of the block."""
+        return self.num_src
+
+    number_of_src_nodes = num_src_nodes
+
+
+class _Collected(Exception):
+    """Raised by a GroupBlock's aggregation to stop the layer once the group is folded in."""
+
+
+class GroupBlock:
+    """The block a layer sees during one group's run: DGL-block surface over the group's rows
+    (``srcdata``) and every destination; its aggregation calls go to the run (:class:`_Run`)."""
+
+    is_block = True
+
+    def __init__(self, run: "_Run", group: Optional[Group]) -> None:
+        self._run, self._group = run, group
+        self._src: dict = {}
+        self._dst: dict = {}
+        self._edata: dict = {}
+
+    srcdata = property(lambda self: self._src, doc="Data of the group's source rows.")
+    dstdata = property(lambda self: self._dst, doc="Data of the destination nodes.")
+    edata = property(lambda self: self._edata, doc="Edge data (unused by supported layers).")
+    device = property(lambda self: torch.device("cpu"), doc="Always the CPU.")
+    idtype = property(lambda self: torch.int64, doc="Integer type of ids.")
+
+    def num_src_nodes(self, ntype: Optional[str] = None) -> int:
+        """Rows of this group (0 in the output run)."""
+        return 0 if self._group is None else self._group.graph.num_src
+
+    number_of_src_nodes = num_src_nodes
+
+    def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
+        """Destination nodes of the whole block."""
+        return self._run.rb.num_dst
+
+    number_of_dst_nodes = num_dst_nodes
+
+    def num_edges(self, etype: Optional[str] = None) -> int:
+        """Edges of the whole block (layers test it for emptiness)."""
+        return self._run.rb.num_edges
+
+    number_of_edges = num_edges
+
+    def in_degrees(self, v: Any = None) -> torch.Tensor:
+        """In-degree of destination nodes in the whole block."""
+        d = self._run.rb.in_deg
+        return d if v is None else d[torch.as_tensor(v, dtype=torch.int64)]
+
+    def out_degrees(self, u: Any = None) -> torch.Tensor:
+        """Out-degree in the whole block of this group's rows."""
+        rb = self._run.rb
+        d = torch.zeros(0, dtype=rb.out_deg.dtype) if self._group is None else \
+            rb.out_deg[self._group.rows]
+        return d if u is None else d[torch.as_tensor(u, dtype=torch.int64)]
+
+    @contextlib.contextmanager
+    def local_scope(self):
+        """Changes to node/edge data inside the block are discarded on exit (as in DGL)."""
+        saved = self._src, self._dst, self._edata
+        self._src, self._dst, self._edata = dict(saved[0]), dict(saved[1]), dict(saved[2])
+        try:
+            yield
+        finally:
+            self._src, self._dst, self._edata = saved
+
+    def update_all(self, message_func, reduce_func, apply_node_func=None) -> None:
+        """``copy_u`` + sum/mean/max/min, folded over the groups by the core."""
+        if apply_node_func is not None or not isinstance(message_func, fn.BuiltinFunction) \
+                or message_func.name != "copy_u" or not isinstance(reduce_func, fn.BuiltinFunction) \
+                or reduce_func.name not in ("sum", "mean", "max", "min"):
+            raise UserError("sampled.rematerialize supports aggregations of copy_u messages "
+                            f"with sum/mean/max/min (layers: {SUPPORTED}); a layer passed "
+                            f"{message_func!r}, {reduce_func!r}")
+        self._dst[reduce_func.out_field] = self._run.aggregate(
+            self._group, self._src[message_func.in_field], reduce_func.name)
+
+    def attention(self, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                  slope: float) -> torch.Tensor:
+        """GAT's fused attention + aggregation over the groups (see dsgraph.seqagg.gat)."""
+        return self._run.attend(self._group, ft, el, er, slope)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UserError(f"sampled.rematerialize: a layer called DGLBlock.{name}, which a "
+                        f"rematerialized block does not offer (supported layers: {SUPPORTED})")
+
+
+class _Run:
+    """One call of one layer on a RematBlock: its forward and backward (see module docstring)."""
+
+    def __init__(self, conv: nn.Module, rb: RematBlock) -> None:
+        self.conv, self.rb = conv, rb
+        self.params = [p for p in list(conv.parameters()) + list(rb.source.parameters())
+                       if p.requires_grad]
+        self.mode = "collect"
+        self.reduce: Optional[str] = None
+        self.state: Optional[kernels.SpmmState] = None
+        self.soft: Optional[kernels.SoftmaxState] = None
+        self.final: Optional[torch.Tensor] = None  # what the output run's aggregation returns
+        self.src_grad = False  # does what the layer aggregates depend on learnable tensors
+        self.captured: tuple = ()
+        self.is_gat = isinstance(conv, GATConv)
+
+    # --- calls from GroupBlock ----------------------------------------------------------------
+
+    def aggregate(self, group: Optional[Group], u: torch.Tensor, reduce: str) -> torch.Tensor:
+        if self.mode == "emit":
+            return self.final
+        if self.mode == "probe":  # no group has edges: the aggregate is zeros of u's width
+            self.state, self.reduce = kernels.SpmmState(reduce), reduce
+            self.final = u.new_zeros((self.rb.num_dst,) + tuple(u.shape[1:])).detach()
+            raise _Collected
+        if self.mode == "collect":
+            if self.state is None:
+                self.state, self.reduce = kernels.SpmmState(reduce), reduce
+            self.src_grad = self.src_grad or u.requires_grad
+            group.first_chunk = kernels.spmm_fold(self.state, group.graph, "copy_lhs",
+                                                  u.detach(), None, self.rb.chunk_rows)
+        self.captured = (u,)
+        raise _Collected
+
+    def attend(self, group: Optional[Group], ft, el, er, slope: float) -> torch.Tensor:
+        self.slope = slope
+        if self.mode == "emit":
+            self.captured = (er,)
+            return self.final
+        if self.mode == "collect":
+            if self.soft is None:
+                self.soft = kernels.SoftmaxState(self.rb.num_dst, ft.shape[1], ft)
+                self.ft_shape = tuple(ft.shape[1:])
+            self.src_grad = True
+            kernels.attention_fold(self.soft, group.graph, ft.detach(), el.detach(),
+                                   er.detach(), slope, self.rb.chunk_rows)
+        self.captured = (ft, el, er)
+        raise _Collected
+
+    # --- running the layer ----------------------------------------------------------------------
+
+    def _call(self, group: Optional[Group], x_dst: torch.Tensor) -> Optional[torch.Tensor]:
+        """The layer's forward on ``group`` (None: the output run); None if it stopped at the
+        aggregation."""
+        rb = self.rb
+        rows = rb.source.rows(group.ids) if group is not None else \
+            torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
+        graph = GroupBlock(self, group)
+        try:
+            if self.is_gat:
+                return gat_fused(self.conv, (rows, x_dst), graph.attention)
+            return type(self.conv).forward(self.conv, graph, (rows, x_dst))
+        except _Collected:
+            return None
+
+    def _compress(self):
+        cfg = self.rb.compression
+        if cfg is None or not getattr(cfg, "enabled", False):
+            return contextlib.nullcontext()
+        from dsgraph.compress import compressed
+        return compressed(cfg)
+
+    def forward(self) -> torch.Tensor:
+        rb = self.rb
+        # the layer runs with grad on (inside an autograd Function it is off) only so that the
+        # aggregated value tells whether backward must recompute the groups; nothing is saved
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_keep, _keep):
+            x_dst = rb.source.rows(rb.dst_ids)
+            self.mode = "collect"
+            for group in rb.groups:
+                self._call(group, x_dst)
+        if self.is_gat:
+            if self.soft is None:  # no edges: no group ran
+                width = self.conv._num_heads
+                self.soft = kernels.SoftmaxState(rb.num_dst, width, x_dst)
+                self.ft_shape = (width, self.conv._out_feats)
+            self.final = kernels.attention_finish(self.soft, rb.num_dst, self.ft_shape, x_dst)
+        elif self.state is None or self.state.acc is None:
+            self.mode = "probe"
+            with torch.no_grad():
+                self._call(None, x_dst.detach())
+        else:
+            self.final = kernels.spmm_finish(self.state, rb.num_dst, (), rb.in_deg, x_dst.dtype)
+        self.mode = "emit"
+        out = self._call(None, x_dst.detach())
+        self.captured = ()
+        # destination rows (destination-sized) are kept for backward unless they are learned
+        self.x_dst = None if x_dst.requires_grad else x_dst
+        return out.detach()
+
+    def backward(self, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
+        rb, params = self.rb, self.params
+        grads: list[Optional[torch.Tensor]] = [None] * len(params)
+
+        def add(got) -> None:
+            for i, g in enumerate(got):
+                if g is not None:
+                    grads[i] = g if grads[i] is None else grads[i] + g
+
+        agg = self.final.detach().requires_grad_(True)
+        self.final = agg
+        self.mode = "emit"
+        with torch.enable_grad():
+            x_dst = self.x_dst if self.x_dst is not None else rb.source.rows(rb.dst_ids)
+            self.x_dst = None
+            out = self._call(None, x_dst)
+            got = torch.autograd.grad(out, params + [agg], gout, allow_unused=True,
+                                      retain_graph=self.is_gat)
+        add(got[:-1])
+        g_agg = got[-1] if got[-1] is not None else torch.zeros_like(agg)
+        er_emit = self.captured[0] if self.is_gat else None
+        self.final = None
+        if self.is_gat:
+            add(self._gat_backward(g_agg, er_emit, x_dst))
+        elif self.src_grad and rb.groups:
+            self.mode = "partial"
+            for group in rb.groups:
+                with torch.enable_grad(), self._compress():
+                    self._call(group, x_dst.detach())
+                    (u,) = self.captured
+                    self.captured = ()
+                    gu = self._spmm_grad(group, u, g_agg)
+                    add(torch.autograd.grad(u, params, gu, allow_unused=True))
+                del u, gu
+        return grads
+
+    def _spmm_grad(self, group: Group, u: torch.Tensor, g_agg: torch.Tensor) -> torch.Tensor:
+        rb, gg = self.rb, group.graph
+        if self.reduce in ("max", "min"):
+            gu, _ = kernels.spmm_minmax_grad(gg, "copy_lhs", self.reduce, u.detach(), None, g_agg,
+                                             self.state.winner, group.first_chunk, rb.chunk_rows)
+            return gu
+        div = None
+        if self.reduce == "mean":
+            div = rb.in_deg.clamp(min=1).to(g_agg.dtype)[gg.dst.long()]
+        return kernels.spmm_linear_grad(gg, "copy_lhs", g_agg, None, tuple(u.shape),
+                                        rb.chunk_rows, div)
+
+    def _gat_backward(self, g_agg: torch.Tensor, er_emit: torch.Tensor, x_dst: torch.Tensor):
+        rb, params, st = self.rb, self.params, self.soft
+        g_agg = g_agg.contiguous()
+        dsum = torch.zeros_like(st.den)
+        self.mode = "partial"
+        with torch.no_grad():  # pass 1: the softmax term D of every destination
+            for group in rb.groups:
+                self._call(group, x_dst.detach())
+                ft, el, er = self.captured
+                self.captured = ()
+                kernels.attention_dsum(dsum, group.graph, ft, el, er, st.m, st.den, g_agg,
+                                       self.slope, rb.chunk_rows)
+                del ft, el, er
+        grad_er = torch.zeros_like(st.den)
+        grads: list[Optional[torch.Tensor]] = [None] * len(params)
+        for group in rb.groups:  # pass 2: each group's rows under autograd
+            with torch.enable_grad(), self._compress():
+                self._call(group, x_dst.detach())
+                ft, el, er = self.captured
+                self.captured = ()
+                gft, gel = kernels.attention_grads(group.graph, ft.detach(), el.detach(),
+                                                   er.detach(), st.m, st.den, g_agg, dsum,
+                                                   self.slope, rb.chunk_rows, grad_er)
+                got = torch.autograd.grad([ft, el], params, [gft, gel], allow_unused=True)
+            for i, g in enumerate(got):
+                if g is not None:
+                    grads[i] = g if grads[i] is None else grads[i] + g
+            del ft, el, er, gft, gel, got
+        got = torch.autograd.grad(er_emit, params, grad_er, allow_unused=True)
+        return [a if b is None else (b if a is None else a + b) for a, b in zip(grads, got)]
+
+
+def _keep(t):
+    return t
+
+
+class _RematFn(torch.autograd.Function):
+    """The layer over all groups as one autograd node (inputs: the learnable tensors)."""
+
+    @staticmethod
+    def forward(ctx, run: _Run, *params: torch.Tensor) -> torch.Tensor:
+        ctx.run = run
+        return run.forward()
+
+    @staticmethod
+    def backward(ctx, gout: torch.Tensor):
+        run, ctx.run = ctx.run, None
+        return (None, *run.backward(gout))
+
+
+def remat_layer(conv: nn.Module, rb: RematBlock) -> torch.Tensor:
+    """Layer ``conv`` on RematBlock ``rb`` (see the module docstring)."""
+    check_layer(conv)
+    run = _Run(conv, rb)
+    if not torch.is_grad_enabled() or not run.params:
+        with torch.no_grad():
+            return run.forward()
+    return _RematFn.apply(run, *run.params)
+
+
+def check_layer(conv: nn.Module) -> None:
+    """Raise a one-line UserError if ``conv`` cannot run rematerialized."""
+    name = type(conv).__name__
+    ok = isinstance(conv, (GraphConv, GATConv)) or (
+        isinstance(conv, SAGEConv) and conv._aggre_type in ("mean", "gcn", "pool"))
+    if not ok:
+        raise UserError(f"sampled.rematerialize: the first layer is {name}, which cannot be "
+                        f"rematerialized; supported: {SUPPORTED}")
+    drop = getattr(conv, "feat_drop", None)
+    if conv.training and isinstance(drop, nn.Dropout) and drop.p > 0:
+        raise UserError(f"sampled.rematerialize: the first layer ({name}) has feat_drop "
+                        f"{drop.p}; rematerialized groups would draw different masks (use 0)")
+    if isinstance(conv, GATConv) and not fusable(conv):
+        raise UserError("sampled.rematerialize: the first GATConv needs attn_drop 0 in "
+                        "training and a non-negative LeakyReLU slope")
+
+
+def install(model: nn.Module) -> nn.Module:
+    """Let the model's SAGEConv/GraphConv/GATConv layers take a RematBlock (they run
+    rematerialized on one, as before on anything else). Returns ``model``, changed in place."""
+    for mod in model.modules():
+        if isinstance(mod, (SAGEConv, GraphConv, GATConv)) and not hasattr(mod, "_remat_prev"):
+            prev = mod.forward
+            mod._remat_prev = prev
+
+            def forward(self, graph, feat, *args, **kwargs):
+                if isinstance(graph, RematBlock):
+                    if args or kwargs:
+                        raise UserError("sampled.rematerialize: the first layer was called "
+                                        "with edge weights or extra arguments")
+                    return remat_layer(self, graph)
+                return self._remat_prev(graph, feat, *args, **kwargs)
+            mod.forward = types.MethodType(forward, mod)
+    return model
