@@ -11,7 +11,8 @@ from dsgraph.fsutil import atomic_write_text
 
 # Columns of the end-of-run table, when some epoch record has them.
 _COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "epoch_s", "samples_per_s",
-            "remote_feature_bytes", "bytes_sent", "test_rmse", "test_rel_l2")
+            "remote_feature_bytes", "rpc_sample_requests", "bytes_sent", "test_rmse",
+            "test_rel_l2")
 _FINAL = ("test_acc", "val_acc", "test_rmse", "test_rel_l2", "epochs", "wall_s", "peak_rss_mb",
           "num_workers", "num_parts")
 

@@ -1,9 +1,14 @@
 """``train.mode: sampled``: mini-batches from DGL's DistNodeDataLoader over DistGraph servers, DDP.
 
 Each trainer reads its partition's nodes from shared memory and the partition's halo rows from a
-local cache (``sampled.cache_halo``); the rest travels over RPC. Evaluation is exact layer-wise
-inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else sampled; so are
-the per-node outputs ``python -m predict`` exports (:meth:`SampledStrategy.predict`).
+local cache (``sampled.cache_halo``); the rest travels over RPC. With ``sampled.rematerialize``
+the first block's sources are pulled and aggregated one owning partition at a time and rebuilt
+in backward (:mod:`dsgraph.seqagg.sampled`, chunks of ``sar.chunk_rows`` rows). With
+``sampled.local_sampling`` every frontier node whose in-edges the trainer's partition graph stores
+in full is sampled there, without RPC (:mod:`dsgraph.distgraph.local_sampler`). Evaluation is
+exact layer-wise inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else
+sampled; so are the per-node outputs ``python -m predict`` exports
+(:meth:`SampledStrategy.predict`).
 """
 from __future__ import annotations
 
@@ -26,10 +31,12 @@ from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.distgraph.evaluate import accuracy, node_outputs
 from dsgraph.distgraph.features import HaloCachedFeatures
+from dsgraph.distgraph.local_sampler import LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import layer_count
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
+from dsgraph.seqagg import sampled as remat
 from dsgraph.trainer import Strategy, Trainer
 from predict.output import node_table
 
@@ -94,7 +101,12 @@ class SampledStrategy(Strategy):
         model = trainer.build_model(g.ndata["feat"].shape[1], num_classes)
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         self.feat = HaloCachedFeatures(g, "feat", cache_halo=self.cfg.sampled.cache_halo)
-        self.sampler = dgl.dataloading.NeighborSampler(self.cfg.sampled.fanouts)
+        if self.cfg.sampled.rematerialize:
+            remat.install(model)
+        index = LocalIndex.build(g) if self.cfg.sampled.local_sampling else None
+        self.sampler = dgl.dataloading.NeighborSampler(self.cfg.sampled.fanouts) if index is None \
+            else LocalHaloSampler(self.cfg.sampled.fanouts, index)
+        self.counter = SampleCounter(g, index)
         bs = self.cfg.sampled.batch_size
         self.steps_per_epoch = (self.split["train"].numel() + bs - 1) // bs
         return model
@@ -114,10 +126,13 @@ class SampledStrategy(Strategy):
         label = self.g.ndata["label"]
         loss_sum = correct = seeds_seen = batches = 0.0
         self.feat.remote_rows = 0
+        self.counter.reset()
         t0 = time.perf_counter()
         with self.ddp.join():  # trainers may have unequal batch counts
             for input_nodes, seeds, blocks in loader:
-                x, y = self.feat[input_nodes], label[seeds]
+                self.counter.add(blocks)
+                x, blocks = self.inputs(input_nodes, blocks)
+                y = label[seeds]
                 # The loss stays outside: its backward uses the saved log-softmax non-linearly,
                 # so quantizing it would bias every gradient.
                 with compression_context(self.cfg.compression):
@@ -134,10 +149,25 @@ class SampledStrategy(Strategy):
                 trainer.advance(loss=loss.item(), seeds_s=seeds_seen / (time.perf_counter() - t0))
         train_s = dist.all_max([time.perf_counter() - t0])[0]
         total = dist.all_sum([loss_sum, correct, seeds_seen, batches,
-                              self.feat.remote_rows * self.feat.row_bytes])
+                              self.feat.remote_rows * self.feat.row_bytes,
+                              self.counter.requests, self.counter.remote_nodes,
+                              self.counter.local_nodes])
+        sampled = total[6] + total[7]
         return {"loss": total[0] / max(total[2], 1.0), "train_acc": total[1] / max(total[2], 1.0),
                 "samples_per_s": total[2] / train_s, "batches": int(total[3]),
-                "remote_feature_bytes": int(total[4])}
+                "remote_feature_bytes": int(total[4]), "rpc_sample_requests": int(total[5]),
+                "remote_sampled_nodes": int(total[6]),
+                "local_sample_fraction": total[7] / sampled if sampled else None}
+
+    def inputs(self, input_nodes: torch.Tensor, blocks: list) -> tuple[torch.Tensor, list]:
+        """The batch's input features and blocks; rematerialized, the first block becomes a
+        RematBlock and the features a placeholder (rows are pulled group by group)."""
+        if not self.cfg.sampled.rematerialize:
+            return self.feat[input_nodes], blocks
+        rb = remat.RematBlock(blocks[0], remat.FeatureRows(self.feat), self.pb.nid2partid,
+                              self.pb.partid, self.cfg.sar.chunk_rows, self.cfg.compression)
+        return rb.placeholder(self.feat.tensor.shape[1], self.feat.tensor.dtype), \
+            [rb] + list(blocks[1:])
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """Validation and test accuracy of all nodes (layer-wise when the model allows it)."""

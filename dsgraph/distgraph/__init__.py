@@ -1,1 +1,2 @@
-"""Sampled training over DistGraph: halo-cached feature reads and distributed evaluation."""
+"""Sampled training over DistGraph: halo-cached feature reads, local-halo neighbour sampling and
+distributed evaluation."""
