@@ -1,14 +1,18 @@
-"""DS-MPNN on Darcy and airfoil fields: accuracy vs sampled nodes and vs edge cap, 1 vs 2 workers.
+"""DS-MPNN on Darcy and airfoil fields: accuracy vs sampled nodes and vs edge cap, 1 vs 2 workers,
+resolution transfer.
 
 Every full-run record is a real ``train.mode: dsmpnn`` job (run folder, supervised
 ``train.worker`` processes, full-field test inference); it takes test RMSE (standardized target
-units) and relative L2, times, and the largest per-worker peak RSS from the run's metrics.json /
-metrics.jsonl. ``--quick`` sweep records run the same Trainer in this process (world 1).
+units) and relative L2, the training error (root of the last epoch's mean loss), optimizer
+steps, times, and the largest per-worker peak RSS from the run's metrics.json / metrics.jsonl.
+``--quick`` sweep records run the same Trainer in this process (world 1).
 Sweeps: ``nodes`` (s at a fixed edge cap), ``edges`` (n_e at fixed s): accuracy only, so they run
 as 1-worker jobs two at a time (one per core; P = 2 gives the same numbers, see ``workers``).
 ``workers``: P = 1, then P = 2 at the base setting, each job alone, one thread per worker; speed
 is the median epoch time with the first (warm-up) epoch excluded, and the record keeps the load
-(1-minute load average, CPU share of other processes) the job ran under.
+(1-minute load average, CPU share of other processes) the job ran under. The workers jobs also
+predict a second test set at another resolution (Darcy grid) or point density (airfoil): the
+``transfer`` row of each dataset shows the P = 1 model's error at both.
 """
 from __future__ import annotations
 
@@ -35,52 +39,65 @@ from train.__main__ import launch
 from train.dsmpnn import DsmpnnStrategy
 
 CACHE = "data"  # the project's dataset cache (git-ignored), shared with `python -m train`
-COLUMNS = ("dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "test_rmse",
-           "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s", "allreduce_s",
-           "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share")
+COLUMNS = ("dataset", "sweep", "nodes", "edges_per_node", "workers", "radius", "resolution",
+           "test_rmse", "test_rel_l2", "train_rmse", "steps", "transfer_resolution",
+           "transfer_rmse", "transfer_rel_l2", "train_s", "epoch_s", "graph_s", "compute_s",
+           "halo_s", "allreduce_s", "infer_s", "peak_rss_mb", "train_mem_mb", "other_cpu_share")
 # The sweep sets the radius; the workers rows repeat a sweep point under another sweep name.
 KEY = ("dataset", "sweep", "nodes", "edges_per_node", "workers")
-TITLE = "DS-MPNN: accuracy vs sampled nodes and edge cap, 1 vs 2 workers"
-RECORD_KEYS = ["test_rmse", "test_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s", "halo_s",
-               "allreduce_s", "step_s", "cpu_s", "train_s", "infer_s", "peak_rss_mb", "train_mem_mb",
-               "peak_rss_mb_per_worker", "final_loss", "epoch_s_all", "load1_start", "load1_end",
-               "other_cpu_share"]
+TITLE = ("DS-MPNN: accuracy vs sampled nodes and edge cap, 1 vs 2 workers, resolution transfer")
+RECORD_KEYS = ["test_rmse", "test_rel_l2", "train_rmse", "steps", "batch_fields",
+               "transfer_rmse", "transfer_rel_l2", "epochs", "epoch_s", "graph_s", "compute_s",
+               "halo_s", "allreduce_s", "step_s", "cpu_s", "train_s", "infer_s", "peak_rss_mb",
+               "train_mem_mb", "peak_rss_mb_per_worker", "final_loss", "epoch_s_all",
+               "load1_start", "load1_end", "other_cpu_share"]
+# What "resolution" means per dataset: the Darcy grid side, the airfoil's points per field.
+SIZE_KEY = {"darcy": ("physics.resolution", "physics.test_resolution"),
+            "airfoil": ("physics.points", "physics.test_points")}
 
-# Per dataset: base config file, fixed overrides, the base (s, n_e) of the workers comparison,
-# the swept values with the neighbourhood radius of each sweep, and s for the edge sweep.
-# Nodes: radius and cap fixed, so sparse samples have few neighbours (Darcy r = 0.08: ~5
-# candidates at s = 250, ~40 at s = 2000) and a coarse view of the inputs. Edges: a radius with
-# ~250 (Darcy) candidates at s = 1000, so every cap binds and the mean over n_e random neighbours
-# estimates the kernel integral over a wide disc. The workers base equals the node sweep's
-# s = 2000 point, whose 1-worker run is shared. Training: 100 fields x 5 epochs = 500 steps,
-# cosine learning-rate decay; airfoil with gradient-norm clipping (its first steps diverged).
+# Per dataset: base config file, fixed overrides, the training and transfer resolution, the
+# base (s, n_e) of the workers comparison, the swept values with the neighbourhood radius of each
+# sweep, and s for the edge sweep.
+# Nodes: radius and cap fixed, so sparse samples have few neighbours (Darcy r = 0.1: ~8
+# candidates at s = 250, ~60 at s = 2000) and a coarse view of the inputs. Edges: a radius with
+# ~280 (Darcy) candidates at s = 1000, so every cap binds and the mean over n_e random
+# neighbours estimates the kernel integral over a wide disc. Workers: Darcy r = 0.2 (wider
+# neighbourhoods train Darcy better; s = 1000, 1600 steps: relative L2 0.051), airfoil the node
+# sweep's setting, so its s = 2000 point is the P = 1 workers run.
+# Training: 100 fields x epochs, one field per optimizer step (at equal compute, 800
+# single-field steps beat 200 steps of 4 fields: Darcy relative L2 0.070 vs 0.084), cosine
+# learning-rate decay per epoch; airfoil with gradient-norm clipping (its first steps diverged
+# without). Darcy gets 20 epochs (the 0.05 target), airfoil 12 (s = 1000: test RMSE 0.317
+# after 1000 steps, 0.435 after 500, training loss still falling); n_e = 64 (a third of the
+# whole sweep cost) is left out: about 37 minutes on two idle cores. Inference averages 4
+# random covers (Darcy s = 500: relative L2 0.080 / 0.070 / 0.065 / 0.062 with 1 / 2 / 4 / 8).
 FULL = {
     "darcy": {"config": "configs/darcy.yaml",
-              "set": ["physics.resolution=85", "physics.train_samples=100",
-                      "physics.test_samples=10", "train.epochs=5", "train.lr=0.01"],
-              "base": (2000, 16), "nodes": [250, 500, 1000, 2000],
-              "edge_nodes": 1000, "edges": [4, 8, 16, 32, 64],
-              "radius": {"workers": 0.08, "nodes": 0.08, "edges": 0.3}},
+              "set": ["physics.train_samples=100", "physics.test_samples=10", "train.epochs=20",
+                      "train.lr=0.01", "physics.batch_fields=1", "physics.infer_repeats=4"],
+              "size": (64, 128), "base": (2000, 16), "nodes": [250, 500, 1000, 2000],
+              "edge_nodes": 1000, "edges": [4, 8, 16, 32],
+              "radius": {"workers": 0.2, "nodes": 0.1, "edges": 0.3}},
     "airfoil": {"config": "configs/airfoil.yaml",
-                "set": ["physics.points=8000", "physics.train_samples=100",
-                        "physics.test_samples=10", "train.epochs=5", "train.lr=0.01",
-                        "train.grad_clip=1.0"],
-                "base": (2000, 16), "nodes": [250, 500, 1000, 2000],
-                "edge_nodes": 1000, "edges": [4, 8, 16, 32, 64],
+                "set": ["physics.train_samples=100", "physics.test_samples=10", "train.epochs=12",
+                        "train.lr=0.01", "train.grad_clip=1.0", "physics.batch_fields=1",
+                        "physics.infer_repeats=4"],
+                "size": (8000, 16000), "base": (2000, 16), "nodes": [250, 500, 1000, 2000],
+                "edge_nodes": 1000, "edges": [4, 8, 16, 32],
                 "radius": {"workers": 0.25, "nodes": 0.25, "edges": 0.3}},
 }
 QUICK = {
     "darcy": {"config": "configs/darcy.yaml",
-              "set": ["physics.resolution=24", "physics.train_samples=4", "physics.test_samples=1",
-                      "train.epochs=1", "physics.infer_repeats=1",
+              "set": ["physics.train_samples=4", "physics.test_samples=1", "train.epochs=1",
+                      "physics.infer_repeats=1", "physics.batch_fields=2",
                       "model.args={width: 8, layers: 2, kernel_hidden: 8}"],
-              "base": (150, 8), "nodes": [100, 200], "edges": [4, 8],
+              "size": (24, 32), "base": (150, 8), "nodes": [100, 200], "edges": [4, 8],
               "radius": {"workers": 0.25, "nodes": 0.25, "edges": 0.25}},
     "airfoil": {"config": "configs/airfoil.yaml",
-                "set": ["physics.points=400", "physics.train_samples=4", "physics.test_samples=1",
-                        "train.epochs=1", "physics.infer_repeats=1",
+                "set": ["physics.train_samples=4", "physics.test_samples=1", "train.epochs=1",
+                        "physics.infer_repeats=1", "physics.batch_fields=2",
                         "model.args={width: 8, layers: 2, kernel_hidden: 8}"],
-                "base": (150, 8), "nodes": [100, 200], "edges": [4, 8],
+                "size": (400, 600), "base": (150, 8), "nodes": [100, 200], "edges": [4, 8],
                 "radius": {"workers": 0.4, "nodes": 0.4, "edges": 0.4}},
 }
 
@@ -122,9 +139,21 @@ def local_run(config: str, overrides: list[str], out: Path) -> dict:
 
 
 def _settings(spec: dict, sweep: str, nodes: int, edges: int, workers: int) -> list[str]:
-    return spec["set"] + [f"physics.sampled_nodes={nodes}", f"physics.max_edges={edges}",
-                          f"physics.radius={spec['radius'][sweep]}", f"physics.workers={workers}",
-                          "cluster.num_threads=1", f"dataset.cache_dir={CACHE}"]
+    """The overrides of one run. Runs at the workers base setting also predict the transfer
+    set, so the node sweep's point at that setting is the same run as the P = 1 workers row."""
+    size_key, transfer_key = SIZE_KEY[_dataset(spec)]
+    size, transfer = spec["size"]
+    base = (nodes, edges) == spec["base"] and \
+        spec["radius"][sweep] == spec["radius"]["workers"]
+    extra = [f"{transfer_key}={transfer}"] if base else []
+    return spec["set"] + [f"{size_key}={size}", f"physics.sampled_nodes={nodes}",
+                          f"physics.max_edges={edges}", f"physics.radius={spec['radius'][sweep]}",
+                          f"physics.workers={workers}", "cluster.num_threads=1",
+                          f"dataset.cache_dir={CACHE}"] + extra
+
+
+def _dataset(spec: dict) -> str:
+    return Path(spec["config"]).stem
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -234,19 +263,30 @@ def _capacity(spec: dict, out: Path, alone: dict) -> dict:
 
 def _record(report: Report, dataset: str, sweep: str, nodes: int, edges: int, workers: int,
             m: dict, spec: dict) -> dict:
+    """One table row; transfer figures only on the ``transfer`` row (from the P = 1 run)."""
     rec = {"dataset": dataset, "sweep": sweep, "nodes": nodes, "edges_per_node": edges,
-           "workers": workers, "radius": spec["radius"][sweep]}
-    rec.update({k: m[k] for k in RECORD_KEYS if k in m})
+           "workers": workers, "radius": spec["radius"]["workers" if sweep == "transfer"
+                                                        else sweep],
+           "resolution": spec["size"][0]}
+    keep = [k for k in RECORD_KEYS if sweep == "transfer" or not k.startswith("transfer_")]
+    rec.update({k: m[k] for k in keep if k in m})
+    if sweep == "transfer":
+        rec["transfer_resolution"] = spec["size"][1]
     return report.add(rec)
 
 
-def _workers_sweep(report: Report, ds: str, spec: dict, out: Path, capacity: bool) -> None:
-    """P = 1, then P = 2, at the base setting, each run alone with one thread per worker; then
-    (``capacity``) two 1-worker copies side by side."""
+def _workers_sweep(report: Report, ds: str, spec: dict, out: Path, capacity: bool,
+                   pair: bool = True) -> None:
+    """P = 1, then (``pair``) P = 2, at the base setting, each run alone with one thread per
+    worker, and the transfer row of the P = 1 run; then (``capacity``) two 1-worker copies side
+    by side."""
     s0, e0 = spec["base"]
     one = _timed_run(spec, "workers", s0, e0, 1, out)
     _record(report, ds, "workers", s0, e0, 1, one, spec)
-    _record(report, ds, "workers", s0, e0, 2, _timed_run(spec, "workers", s0, e0, 2, out), spec)
+    if pair:
+        _record(report, ds, "workers", s0, e0, 2, _timed_run(spec, "workers", s0, e0, 2, out),
+                spec)
+    _record(report, ds, "transfer", s0, e0, 1, one, spec)
     if capacity:
         report.extra.setdefault("capacity", {})[ds] = _capacity(spec, out, one)
 
@@ -270,7 +310,12 @@ MEASURED = (
     "all-reduce; other_cpu_share is the CPU (in cores) that other processes used "
     "during the job. peak_rss_mb is the largest worker's peak RSS (about 500 MB of "
     "it is torch + DGL); train_mem_mb is what training and inference added on top of "
-    "the RSS before the first epoch (largest worker).")
+    "the RSS before the first epoch (largest worker). train_rmse is the root of the last "
+    "epoch's mean training loss (standardized units, on the sampled training graphs); "
+    "steps counts optimizer steps. resolution is the Darcy grid side or the airfoil's "
+    "points per field; each transfer row is the P=1 workers run, whose model also "
+    "predicted test fields at transfer_resolution (Darcy: a finer grid; airfoil: "
+    "denser point clouds), drawn after the test fields so no field is seen twice.")
 
 
 def _notes(payload: dict) -> list[str]:
@@ -319,25 +364,40 @@ def _notes(payload: dict) -> list[str]:
                          f"{'met' if sp_train >= 1.6 else 'NOT met'}), inference {sp_inf:.2f}x, "
                          f"peak RSS per worker {two['peak_rss_mb']:.0f} MB vs "
                          f"{one['peak_rss_mb']:.0f} MB{phases}{load}")
+        for r in rec:
+            if r["dataset"] == ds and r["sweep"] == "transfer" and r.get("transfer_rel_l2"):
+                ratio = r["transfer_rel_l2"] / r["test_rel_l2"]
+                parts.append(f"resolution transfer {r['resolution']} -> "
+                             f"{r['transfer_resolution']}: relative L2 {r['test_rel_l2']:.4f} -> "
+                             f"{r['transfer_rel_l2']:.4f} ({ratio:.2f}x; target within 1.5x: "
+                             f"{'met' if ratio <= 1.5 else 'NOT met'})")
+        if ds == "darcy" and 1 in ws:
+            rel = ws[1]["test_rel_l2"]
+            parts.append(f"test relative L2 {rel:.4f} at s={ws[1]['nodes']}, "
+                         f"n_e={ws[1]['edges_per_node']} (target <= 0.05: "
+                         f"{'met' if rel <= 0.05 else 'NOT met'})")
         notes.append(f"**{ds}**: " + "; ".join(parts) + ".")
     return notes
 
 
 def _plot(rows: list[dict], fig) -> None:
-    """Test RMSE over each sweep (one line per dataset, its fixed settings in the legend) and
-    rank 0's epoch time split of the workers rows."""
-    axes = fig.subplots(1, 3)
-    for ds, marker in (("darcy", "o"), ("airfoil", "s")):
+    """Test (and, dotted, training) RMSE over each sweep (one line per dataset, its fixed
+    settings in the legend), rank 0's epoch time split of the workers rows, and the relative L2
+    at the trained and the transfer resolution."""
+    axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [3, 3, 3, 2]})
+    for ds, marker, colour in (("darcy", "o", "C0"), ("airfoil", "s", "C1")):
         for ax, sweep, key, fixed in ((axes[0], "nodes", "nodes", "edges_per_node"),
                                       (axes[1], "edges", "edges_per_node", "nodes")):
             rs = [r for r in rows if r["dataset"] == ds and r["sweep"] == sweep]
             if rs:
                 held = "n_e" if fixed == "edges_per_node" else "s"
-                line(ax, rs, key, "test_rmse", KEY, marker=marker,
+                line(ax, rs, key, "test_rmse", KEY, marker=marker, color=colour,
                      label=f"{ds} ({held}={rs[0][fixed]}, r={rs[0]['radius']:g})")
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("sampled nodes s" if sweep == "nodes" else "edge cap n_e")
-                ax.set_ylabel("test RMSE (standardized)")
+                line(ax, rs, key, "train_rmse", KEY, marker=marker, linestyle=":",
+                     color=colour, label=f"{ds} train")
+                ax.set_ylabel("RMSE (standardized; dotted: training)")
                 ax.legend(fontsize=7)
     ws = [r for r in rows if r["sweep"] == "workers"]
     labels = [f"{r['dataset']}\nP={r['workers']}" for r in ws]
@@ -353,12 +413,22 @@ def _plot(rows: list[dict], fig) -> None:
     axes[2].set_xticks(range(len(ws)), labels, fontsize=7)
     axes[2].set_ylabel("seconds per epoch (median; rank 0)")
     axes[2].legend(fontsize=7)
+    ts = [r for r in rows if r["sweep"] == "transfer"]
+    xs = list(range(len(ts)))
+    bars(axes[3], [x - 0.2 for x in xs], ts, "test_rel_l2", KEY, width=0.4, label="trained size")
+    bars(axes[3], [x + 0.2 for x in xs], ts, "transfer_rel_l2", KEY, width=0.4,
+         label="transfer size")
+    axes[3].set_xticks(xs, [f"{r['dataset']}\n{r['resolution']}->{r.get('transfer_resolution')}"
+                            for r in ts], fontsize=7)
+    axes[3].set_ylabel("test relative L2")
+    axes[3].legend(fontsize=7)
+    axes[3].set_title("resolution transfer")
     axes[0].set_title("accuracy vs sampled nodes")
     axes[1].set_title("accuracy vs edges per node")
     axes[2].set_title("1 vs 2 workers: epoch time")
 
 
-VIEW = View("dsmpnn", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(12.0, 5.0))
+VIEW = View("dsmpnn", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(15.0, 5.0))
 
 
 def render(quick: bool = False) -> Path:
@@ -374,9 +444,9 @@ def run(quick: bool) -> Path:
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsmpnn-bench-") as tmp:
         out = Path(tmp) if quick else Path(CACHE) / "bench-dsmpnn"
-        for ds, spec in specs.items():
-            if not quick or ds == "darcy":
-                _workers_sweep(report, ds, spec, out, capacity=ds == "darcy")
+        for ds, spec in specs.items():  # --quick: P = 2 and capacity on Darcy only
+            _workers_sweep(report, ds, spec, out, capacity=ds == "darcy" and not quick,
+                           pair=not quick or ds == "darcy")
         sweeps = {}
         for ds, spec in specs.items():
             s0, e0 = spec["base"]

@@ -182,7 +182,7 @@ def test_partition_cli_config_errors_exit_2_one_line(tmp_path):
         (["--config", "bad.yaml", "--set", "partition.num_parts=2", "--set",
           "dataset.path=nowhere.npz"],
          "error: bad.yaml: dataset.path: dataset 'synthetic' does not read it (only file, csv, "
-         "ogb do); remove it or set dataset.name, got 'nowhere.npz'"),
+         "ogb, fields do); remove it or set dataset.name, got 'nowhere.npz'"),
     ]
     assert bad.exists()
     for args, line in cases:
@@ -224,7 +224,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
 
 @pytest.mark.parametrize("sets, message", [
     (["train.mode=dsmpnn"],
-     "dataset.name: expected 'darcy' or 'airfoil' for train.mode 'dsmpnn', got 'synthetic'"),
+     "dataset.name: expected one of 'darcy', 'airfoil', 'fields' for train.mode 'dsmpnn', got "
+     "'synthetic'"),
     (["dataset.name=darcy"],
      "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb' for train.mode 'sampled', "
      "got 'darcy'"),
@@ -312,13 +313,13 @@ def test_unreadable_config_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("sets, message", [
     (["dataset.path=g.npz"], "dataset.path: dataset 'synthetic' does not read it (only file, "
-                             "csv, ogb do); remove it or set dataset.name, got 'g.npz'"),
+                             "csv, ogb, fields do); remove it or set dataset.name, got 'g.npz'"),
     (["train.mode=dsmpnn", "dataset.name=darcy", "dataset.path=/does/not/exist"],
-     "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb do); remove it or set "
-     "dataset.name, got '/does/not/exist'"),
+     "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb, fields do); remove it "
+     "or set dataset.name, got '/does/not/exist'"),
     (["train.mode=dsmpnn", "dataset.name=airfoil", "dataset.split=[0.5, 0.5, 0]"],
-     "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb do); remove it or "
-     "set dataset.name, got [0.5, 0.5, 0]"),
+     "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb, fields do); remove "
+     "it or set dataset.name, got [0.5, 0.5, 0]"),
     (["dataset.add_reverse_edges=true"],
      "dataset.add_reverse_edges: dataset 'synthetic' does not read it (only file, csv, ogb do); "
      "remove it or set dataset.name, got True"),

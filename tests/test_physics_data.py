@@ -109,3 +109,15 @@ def test_airfoil_samples_layout_and_density():
     again = airfoil.sample(4000, seed=1, index=0)
     assert all(np.array_equal(s[k], again[k]) for k in s)
     assert not np.array_equal(airfoil.sample(4000, seed=1, index=1)["y"], s["y"])
+
+
+def test_samples_from_a_start_index_continue_the_stream(tmp_path):
+    """Transfer test sets are samples after the train/test ones: the same stream, cached apart."""
+    whole = darcy.generate(12, 4, seed=7, progress=False)
+    tail = darcy.load(tmp_path, 12, 2, seed=7, progress=False, start=2)
+    assert np.array_equal(tail["a"], whole["a"][2:]) and np.array_equal(tail["u"], whole["u"][2:])
+    darcy.load(tmp_path, 12, 2, seed=7, progress=False)
+    assert len(list(tmp_path.glob("darcy-*.npz"))) == 2
+    foils = airfoil.generate(150, 3, seed=1, progress=False)
+    later = airfoil.generate(150, 1, seed=1, progress=False, start=2)
+    assert np.array_equal(later["y"][0], foils["y"][2])

@@ -5,10 +5,18 @@ from dsgraph.config.sections import Config
 from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
-FIELD_DATASETS = ("darcy", "airfoil")
-FILE_DATASETS = ("file", "csv", "ogb")  # the datasets that read dataset.path
+FIELD_DATASETS = ("darcy", "airfoil", "fields")
+FILE_DATASETS = ("file", "csv", "ogb", "fields")  # the datasets that read dataset.path
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
-               "ogb": "an OGB dataset folder (holding raw/ and split/)"}
+               "ogb": "an OGB dataset folder (holding raw/ and split/)",
+               "fields": "a field file (.npz, or .pt from torch.save)"}
+# dataset keys only some datasets read: (readers, the value meaning "not set")
+DATASET_READERS = {"path": (FILE_DATASETS, None), "split": (FILE_DATASETS, None),
+                   "add_reverse_edges": (("file", "csv", "ogb"), "auto"),
+                   "test_path": (("fields",), None), "transfer_path": (("fields",), None),
+                   "x_key": (("fields",), "x"), "y_key": (("fields",), "y"),
+                   "pos_key": (("fields",), "pos")}
+PHYSICS_READERS = {"test_resolution": "darcy", "test_points": "airfoil"}
 
 
 def cross_check(cfg: Config) -> None:
@@ -44,20 +52,24 @@ def cross_check(cfg: Config) -> None:
 
 
 def check_dataset_inputs(cfg: Config) -> None:
-    """``path``, ``split`` and ``add_reverse_edges``: given exactly where the dataset reads them."""
+    """``path``, ``split`` and the other per-dataset keys: given exactly where the dataset reads
+    them."""
     src, d = cfg.source, cfg.dataset
-    if d.name in FILE_DATASETS:
-        if not d.path:
-            raise ConfigError(f"{src}: dataset.path: expected {PATH_WANTED[d.name]} when "
-                              f"dataset.name is {d.name!r}, got {d.path!r}")
-    else:
-        # Silently ignoring these would train on other data than the user meant.
-        for key, value, unset in (("path", d.path, None), ("split", d.split, None),
-                                  ("add_reverse_edges", d.add_reverse_edges, "auto")):
-            if value != unset:
-                raise ConfigError(f"{src}: dataset.{key}: dataset {d.name!r} does not read it "
-                                  f"(only {', '.join(FILE_DATASETS)} do); remove it or set "
-                                  f"dataset.name, got {value!r}")
+    if d.name in FILE_DATASETS and not d.path:
+        raise ConfigError(f"{src}: dataset.path: expected {PATH_WANTED[d.name]} when "
+                          f"dataset.name is {d.name!r}, got {d.path!r}")
+    # Silently ignoring these would train on other data than the user meant.
+    for key, (readers, unset) in DATASET_READERS.items():
+        value = getattr(d, key)
+        if d.name not in readers and value != unset:
+            raise ConfigError(f"{src}: dataset.{key}: dataset {d.name!r} does not read it "
+                              f"(only {', '.join(readers)} do{'es' if len(readers) == 1 else ''});"
+                              f" remove it or set dataset.name, got {value!r}")
+    for key, reader in PHYSICS_READERS.items():
+        value = getattr(cfg.physics, key)
+        if value is not None and d.name != reader:
+            raise ConfigError(f"{src}: physics.{key}: dataset {d.name!r} does not read it (only "
+                              f"{reader} does); remove it or set dataset.name, got {value!r}")
     if d.split is not None:
         fracs = d.split
         ok = (len(fracs) == 3
@@ -66,7 +78,23 @@ def check_dataset_inputs(cfg: Config) -> None:
         if not ok:
             raise ConfigError(f"{src}: dataset.split: expected [train, val, test] fractions, "
                               f"each >= 0, train > 0, summing to <= 1, got {fracs!r}")
+    if d.name == "fields":
+        _check_field_split(cfg)
     if d.name == "synthetic" and round(d.train_frac * d.num_nodes) < 1:
         raise ConfigError(f"{src}: dataset.train_frac: {d.train_frac:g} of "
                           f"dataset.num_nodes {d.num_nodes} rounds to no training node; "
                           f"expected train_frac * num_nodes > 0.5")
+
+
+def _check_field_split(cfg: Config) -> None:
+    """``fields``: test samples come from ``test_path`` or from ``split`` (no validation set)."""
+    src, d = cfg.source, cfg.dataset
+    if d.test_path is None and d.split is None:
+        raise ConfigError(f"{src}: dataset.split: expected [train, 0, test] fractions of the "
+                          f"samples or a dataset.test_path for dataset 'fields', got null")
+    if d.test_path is not None and d.split is not None:
+        raise ConfigError(f"{src}: dataset.split: dataset.test_path holds the test fields; "
+                          f"expected null beside it, got {d.split!r}")
+    if d.split is not None and (d.split[1] != 0 or d.split[2] <= 0):
+        raise ConfigError(f"{src}: dataset.split: expected [train, 0, test] for dataset 'fields' "
+                          f"(DS-MPNN keeps no validation set; test > 0), got {d.split!r}")

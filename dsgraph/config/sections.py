@@ -16,18 +16,33 @@ from dsgraph.config.fields import opt
 class DatasetConfig:
     """Which data to train on: a generated graph, a user's graph files or physics fields."""
 
-    name: Literal["synthetic", "file", "csv", "ogb", "darcy", "airfoil"] = opt(
+    name: Literal["synthetic", "file", "csv", "ogb", "darcy", "airfoil", "fields"] = opt(
         "synthetic", "graphs (modes `sampled`, `sar`): `synthetic` (generated), `file`, `csv` "
         "(a DGL CSV folder), `ogb` (an OGB node-property folder); physics fields (mode "
-        "`dsmpnn`): `darcy`, `airfoil`")
-    path: Optional[str] = opt(None, "what `file`, `csv` and `ogb` read (other datasets take "
-                                    "none): a `dgl.save_graphs` file or an `.npz` (`src`, "
+        "`dsmpnn`): `darcy`, `airfoil` (generated), `fields` (a file of input and solution "
+        "fields)")
+    path: Optional[str] = opt(None, "what `file`, `csv`, `ogb` and `fields` read (other datasets "
+                                    "take none): a `dgl.save_graphs` file or an `.npz` (`src`, "
                                     "`dst`, `feat`, `label`, masks); a DGL CSV folder "
-                                    "(`meta.yaml`); an OGB folder (`raw/`, `split/`)")
+                                    "(`meta.yaml`); an OGB folder (`raw/`, `split/`); an `.npz` "
+                                    "or `torch.save`d dict of tensors (`x_key`, `y_key`, "
+                                    "`pos_key`)")
     split: Optional[list] = opt(None, "`file`/`csv`/`ogb`: `[train, val, test]` fractions of "
                                       "the labelled nodes, drawn with `seed`; when set it "
                                       "replaces the file's masks or OGB's official split "
-                                      "(needed if the data has none)")
+                                      "(needed if the data has none); `fields` without "
+                                      "`test_path`: `[train, 0, test]` fractions of the samples")
+    test_path: Optional[str] = opt(None, "`fields`: a file of test fields (same keys and "
+                                         "channels; any grid size or point count)")
+    transfer_path: Optional[str] = opt(None, "`fields`: a second test file, say at another "
+                                             "resolution; reported as `transfer_rmse`, "
+                                             "`transfer_rel_l2`")
+    x_key: str = opt("x", "`fields`: key of the input fields, a grid `(N, s, s[, C])` or "
+                          "points `(N, P[, C])`")
+    y_key: str = opt("y", "`fields`: key of the solution fields, laid out like `x_key`'s")
+    pos_key: str = opt("pos", "`fields`: key of the coordinates, `(N, P, d)` or shared `(P, "
+                              "d)` (points: required); a grid without it lies on the unit "
+                              "square")
     add_reverse_edges: Literal["auto", True, False] = opt(
         "auto", "`file`/`csv`/`ogb`: append every edge reversed; `auto` = OGB's convention "
                 "per dataset (ogbn-products, -proteins: yes; -arxiv, -papers100M: no; by the "
@@ -175,9 +190,16 @@ class PhysicsConfig:
     """``train.mode: dsmpnn``: physics data, graph sampling and domain decomposition."""
 
     resolution: int = opt(64, "Darcy grid nodes per side", ge=8, le=421)
-    train_samples: int = opt(100, "training fields", ge=1)
-    test_samples: int = opt(20, "test fields", ge=1)
+    test_resolution: Optional[int] = opt(None, "Darcy: also test on `test_samples` fields at "
+                                               "this grid size (`transfer_rmse`, "
+                                               "`transfer_rel_l2`)", ge=8, le=421)
+    train_samples: int = opt(100, "training fields (`darcy`, `airfoil`)", ge=1)
+    test_samples: int = opt(20, "test fields (`darcy`, `airfoil`)", ge=1)
     points: int = opt(5000, "airfoil points per field", ge=100)
+    test_points: Optional[int] = opt(None, "airfoil: also test on `test_samples` fields of "
+                                           "this many points (`transfer_rmse`, "
+                                           "`transfer_rel_l2`)", ge=100)
+    batch_fields: int = opt(1, "fields per optimizer step (their gradients averaged)", ge=1)
     sampled_nodes: int = opt(1000, "s: nodes drawn per field (resampled every epoch)", ge=2)
     radius: float = opt(0.1, "neighbourhood radius (dataset coordinates)", gt=0)
     max_edges: int = opt(16, "n_e: cap on incoming edges per node", ge=1)

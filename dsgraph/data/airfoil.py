@@ -125,9 +125,9 @@ def _sample_args(args: tuple[int, int, int]) -> dict[str, np.ndarray]:
 
 
 def generate(points: int, num_samples: int, seed: int, workers: int = 1,
-             progress: bool = True) -> dict[str, np.ndarray]:
+             progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
     """``num_samples`` airfoil point clouds: pos (N,P,2), x (N,P,5), y (N,P,3), params (N,4)."""
-    jobs = [(points, seed, i) for i in range(num_samples)]
+    jobs = [(points, seed, i) for i in range(start, start + num_samples)]
     desc = f"airfoil {points} pts"
     if workers <= 1:
         out = [sample(*j) for j in tqdm(jobs, desc=desc, disable=not progress)]
@@ -139,11 +139,15 @@ def generate(points: int, num_samples: int, seed: int, workers: int = 1,
 
 
 def load(cache_dir: str | Path, points: int, num_samples: int, seed: int, workers: int = 1,
-         progress: bool = True) -> dict[str, np.ndarray]:
-    """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters)."""
+         progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
+    """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters): samples
+    ``start`` .. ``start + num_samples - 1`` of the stream ``seed``."""
     params = {"kind": "airfoil", "points": points, "num_samples": num_samples, "seed": seed,
               "outer": OUTER, "surface": SURFACE_FRACTION, "thickness": THICKNESS,
               "alpha_deg": ALPHA_DEG, "version": 2}
+    if start:  # left out at 0: caches written before samples had a start keep their names
+        params["start"] = start
     path = Path(cache_dir) / f"airfoil-{param_hash(params)}.npz"
 
-    return cached_npz(path, lambda: generate(points, num_samples, seed, workers, progress))
+    return cached_npz(path, lambda: generate(points, num_samples, seed, workers, progress,
+                                             start))

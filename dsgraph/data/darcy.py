@@ -89,13 +89,13 @@ def _sample_args(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def generate(n: int, num_samples: int, seed: int, workers: int = 1,
-             progress: bool = True) -> dict[str, np.ndarray]:
+             progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
     """``num_samples`` Darcy samples on an n x n grid: {"a": (N,n,n), "u": (N,n,n)}, float32.
 
     Sample i depends only on (seed, i), so the result is the same for any number of workers.
     """
 
-    jobs = [(n, seed, i) for i in range(num_samples)]
+    jobs = [(n, seed, i) for i in range(start, start + num_samples)]
     desc = f"darcy {n}x{n}"
     if workers <= 1:
         out = [sample(*j) for j in tqdm(jobs, desc=desc, disable=not progress)]
@@ -114,10 +114,14 @@ def grid_positions(n: int) -> np.ndarray:
 
 
 def load(cache_dir: str | Path, n: int, num_samples: int, seed: int, workers: int = 1,
-         progress: bool = True) -> dict[str, np.ndarray]:
-    """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters)."""
+         progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
+    """Cached :func:`generate` (an .npz under ``cache_dir`` keyed by the parameters): samples
+    ``start`` .. ``start + num_samples - 1`` of the stream ``seed``."""
     params = {"kind": "darcy", "n": n, "num_samples": num_samples, "seed": seed,
               "tau": GRF_TAU, "alpha": GRF_ALPHA, "version": 1}
+    if start:  # left out at 0: caches written before samples had a start keep their names
+        params["start"] = start
     path = Path(cache_dir) / f"darcy-{param_hash(params)}.npz"
 
-    return cached_npz(path, lambda: generate(n, num_samples, seed, workers, progress))
+    return cached_npz(path, lambda: generate(n, num_samples, seed, workers, progress,
+                                             start))

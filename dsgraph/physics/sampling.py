@@ -24,7 +24,7 @@ class SampledGraph:
     """
 
     nodes: np.ndarray  # (s,) indices into the sample's points
-    pos: np.ndarray  # (s, 2)
+    pos: np.ndarray  # (s, d)
     x: np.ndarray  # (s, F) normalized node inputs
     src: np.ndarray  # (E,) int64 local (0..s-1) source ids
     dst: np.ndarray  # (E,) int64 local destination ids
@@ -108,9 +108,10 @@ def edge_features(pos: np.ndarray, coef: np.ndarray, src: np.ndarray, dst: np.nd
     return np.concatenate([rel, dist, coef[src], coef[dst]], axis=1).astype(np.float32)
 
 
-def edge_feat_dim(coef_dim: int) -> int:
-    """Width of :func:`edge_features` for ``coef_dim`` coefficient channels."""
-    return 3 + 2 * coef_dim
+def edge_feat_dim(coef_dim: int, pos_dim: int = 2) -> int:
+    """Width of :func:`edge_features` for ``coef_dim`` coefficient channels and ``pos_dim``
+    coordinates."""
+    return pos_dim + 1 + 2 * coef_dim
 
 
 def build(pos: np.ndarray, x: np.ndarray, coef: np.ndarray, nodes: np.ndarray, radius: float,

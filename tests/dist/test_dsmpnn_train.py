@@ -73,3 +73,56 @@ def test_dsmpnn_rejects_graph_dataset(tmp_path):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "dataset.name" in lines[0] and "darcy" in lines[0]
+
+
+def _field_file(path: Path, n: int, s: int) -> Path:
+    """Grid fields on an s x s grid: x = a smooth random field, y = its local average squared."""
+    import numpy as np
+
+    rng = np.random.default_rng(s)
+    t = np.linspace(0, 1, s)
+    modes = rng.standard_normal((n, 3, 1, 1))
+    x = (modes[:, 0] * np.sin(np.pi * t)[:, None] + modes[:, 1] * np.cos(np.pi * t)[None, :]
+         + modes[:, 2]).astype(np.float32)
+    np.savez(path, x=x, y=(x ** 2).astype(np.float32))
+    return path
+
+
+@pytest.mark.timeout(180)
+def test_fields_file_trains_end_to_end_with_transfer(tmp_path, capsys):
+    """`python -m train` on a user's field file: one worker, batched steps, a transfer file at
+    another resolution; a broken file is one line before the run folder is touched."""
+    train = _field_file(tmp_path / "train.npz", 10, 16)
+    fine = _field_file(tmp_path / "fine.npz", 2, 24)
+    run = tmp_path / "run"
+    sets = ["dataset.path=" + str(train), "dataset.split=[0.8, 0, 0.2]",
+            "dataset.transfer_path=" + str(fine), "physics.workers=1", "physics.batch_fields=3",
+            "physics.sampled_nodes=120", "physics.radius=0.25", "physics.max_edges=8",
+            "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
+            "train.epochs=2", "train.timeout_s=120"]
+    args = ["--config", "configs/fields.yaml", "--out", str(run)]
+    for s in sets:
+        args += ["--set", s]
+    res = _train(args)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((run / "metrics.json").read_text())
+    assert summary["dataset"] == "fields" and summary["num_workers"] == 1
+    assert summary["steps"] == 2 * 3  # 8 training fields in batches of 3: 3 steps per epoch
+    for key in ("test_rmse", "test_rel_l2", "transfer_rmse", "transfer_rel_l2", "train_rmse"):
+        assert 0 < summary[key] < 10, key
+
+    import numpy as np
+
+    from train.__main__ import main
+
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((4, 5, 5), np.float32), y=np.zeros((4, 5, 4), np.float32))
+    out = tmp_path / "never"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # in this process: the check precedes any job
+        main(["--config", str(ROOT / "configs/fields.yaml"), "--out", str(out), "--set",
+              f"dataset.path={bad}"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and not out.exists()
+    assert lines == [f"error: {bad}: y: expected shape (4, 5, 5[, C]) like x (4, 5, 5) "
+                     f"(without 'pos', a 3-D x is a grid), got (4, 5, 4)"], lines
