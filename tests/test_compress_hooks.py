@@ -371,27 +371,22 @@ def test_gat_edge_softmax_output_int8_and_logits_sign_mask():
 class _OnePart:
     """A one-part ShardPlan and Runtime, as much of them as ``GatAttention`` uses."""
 
-    rank, world, comm, prefetch = 0, 1, None, False
+    rank, world, comm, prefetch, chunk_rows = 0, 1, None, False, 0
 
     def __init__(self, g) -> None:
+        from dsgraph.seqagg.chunks import GroupGraph
+
         src, dst = g.edges()
+        order = torch.argsort(src, stable=True)  # a group's edges are sorted by source row
         n = g.num_nodes()
         self.plan, self.num_local = self, n
-        self._g = dgl.create_block((src, dst), num_src_nodes=n, num_dst_nodes=n)
-        self._rg = dgl.create_block((dst, src), num_src_nodes=n, num_dst_nodes=n)
-        self._has_in = g.in_degrees() > 0
+        self._group = GroupGraph(src[order], dst[order], n, n)
 
     def fetch(self, x):
         yield 0, x
 
-    def shard(self, j):
-        return self._g
-
-    def reverse_shard(self, j):
-        return self._rg
-
-    def has_in_edge(self, j):
-        return self._has_in
+    def group(self, j):
+        return self._group
 
     def shard_has_edges(self, j):
         return True
