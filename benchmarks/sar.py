@@ -117,8 +117,8 @@ def _page_in_libraries() -> None:
     except OSError:
         return
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split()
+    for mapping in Path("/proc/self/maps").read_text().splitlines():
+        parts = mapping.split()
         if len(parts) < 6 or not parts[5].startswith("/") or parts[1][0] != "r":
             continue
         path = parts[5]

@@ -15,8 +15,13 @@ def workspace(tmp_path_factory):
     return reliability.prepare(tmp_path_factory.mktemp("faults"))
 
 
+# The matrix; "SAR worker raises" (blame) and "port in use" run in the reliability
+# report and, at unit level, in tests/test_supervise.py.
+MATRIX = [c for c in CASES if c.name not in ("SAR worker raises", "port in use")]
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("case", CASES, ids=[c.name.replace(" ", "_") for c in CASES])
+@pytest.mark.parametrize("case", MATRIX, ids=[c.name.replace(" ", "_") for c in MATRIX])
 def test_fault(workspace, case):
     r = reliability.run_case(workspace, case)
     detail = {k: r[k] for k in ("exit_code", "message", "seconds_to_exit", "left_processes",

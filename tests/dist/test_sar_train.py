@@ -60,8 +60,9 @@ sar: {{mode: sar}}
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("model", ["{name: sage, args: {hidden: 64, dropout: 0.5}}",
-                                   "{name: gat, args: {hidden: 16, heads: 4, dropout: 0.5}}"])
+# GAT only: its fused attention recomputed in backward is the composition at risk; SAGE with
+# INT2 is covered by tests/dist/test_sampled.py.
+@pytest.mark.parametrize("model", ["{name: gat, args: {hidden: 16, heads: 4, dropout: 0.5}}"])
 def test_sar_training_with_int2_compression_tracks_fp32(tmp_path, model):
     """compression.enabled composes with SAR (GAT: the fused attention recomputed in backward
     must see its softmax statistics exactly): the same run trains to a loss close to fp32's."""
