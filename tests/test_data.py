@@ -407,11 +407,13 @@ def test_truncated_dgl_file(tmp_path):
 def test_missing_path_and_folder(tmp_path):
     with pytest.raises(DataError) as err:
         load_graph_file(tmp_path / "nope.npz")
-    assert str(err.value) == f"{tmp_path / 'nope.npz'}: graph file not found"
+    assert str(err.value) == (f"{tmp_path / 'nope.npz'}: graph file not found (expected a .dgl/.bin "
+                              f"file from dgl.save_graphs, or an .npz)")
     with pytest.raises(DataError) as err:
         load_graph_file(tmp_path)
-    assert str(err.value) == f"{tmp_path}: expected a graph file, got a folder or special file"
-    with pytest.raises(DataError, match="dataset.path: expected a graph file"):
+    assert str(err.value) == (f"{tmp_path}: expected the graph file (a .dgl/.bin file from "
+                              f"dgl.save_graphs, or an .npz), got a folder")
+    with pytest.raises(DataError, match="dataset.path: expected the graph file"):
         load_graph_file(None)
 
 

@@ -137,7 +137,7 @@ def _bad_cases(tmp):
         (tmp / "nontensor.pt", "y: expected a tensor, got list"),
         (tmp / "fields.h5", "unknown extension '.h5'; expected .npz or .pt/.pth"),
         (tmp / "absent.npz", "field file not found"),
-        (tmp, "expected a field file, got a folder or special file"),
+        (tmp, "expected the field file (an .npz or a torch.save'd dict of arrays), got a folder"),
     ]
 
 

@@ -8,7 +8,9 @@ key, so a bad input is reported before it can crash a distributed job later.
 """
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import dgl
@@ -30,6 +32,20 @@ class Sources(dict):
 
     def __missing__(self, key: str) -> str:
         return self.default
+
+
+def user_path(path: str | os.PathLike | None, kind: str, holds: str, folder: bool) -> Path:
+    """``dataset.path`` as an existing file (``folder`` False) or folder; otherwise a one-line
+    DataError naming it, ``kind`` (what it should be: "graph file") and ``holds``."""
+    if path is None or str(path) == "":
+        raise DataError(f"dataset.path: expected the {kind} ({holds}), got nothing")
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: {kind} not found (expected {holds})")
+    if p.is_dir() != folder or not (folder or p.is_file()):
+        got = "a folder" if p.is_dir() else "a file" if folder else "a special file"
+        raise DataError(f"{p}: expected the {kind} ({holds}), got {got}")
+    return p
 
 
 def short_error(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from dgl.data import CSVDataset
 
-from dsgraph.data.arrays import MASKS, Sources, finish, float_labels, short_error
+from dsgraph.data.arrays import MASKS, Sources, finish, float_labels, short_error, user_path
 from dsgraph.errors import DataError
 from dsgraph.fsutil import atomic_write_with
 
@@ -114,14 +114,7 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     ``split`` (train, val, test fractions, drawn with ``seed`` among labelled nodes) replaces the
     file's masks and is required when it has none; ``reverse_edges`` appends every edge reversed.
     """
-    if path is None or str(path) == "":
-        raise DataError("dataset.path: expected a DGL CSV dataset folder (holding meta.yaml), "
-                        "got nothing")
-    folder = Path(path)
-    if not folder.is_dir():
-        what = "not found" if not folder.exists() else "is not a folder"
-        raise DataError(f"{folder}: DGL CSV dataset folder {what} (expected the folder holding "
-                        f"{META})")
+    folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
     node_file, edge_file, names = _check_meta(folder)
     cache = Path(cache_dir) / f"csv-{files_digest(folder, names)}"
     quiet = io.StringIO()  # DGL prints validation details and warnings to stdout

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from dsgraph.data.arrays import short_error
+from dsgraph.data.arrays import short_error, user_path
 from dsgraph.errors import DataError
 
 NPZ_SUFFIXES = (".npz",)
@@ -49,11 +49,7 @@ class FieldArrays:
 def read_field_file(path: str | os.PathLike, x_key: str = "x", y_key: str = "y",
                     pos_key: str = "pos") -> FieldArrays:
     """Read and check one field file (see the module docstring); the keys name its arrays."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: field file not found")
-    if not p.is_file():
-        raise DataError(f"{p}: expected a field file, got a folder or special file")
+    p = user_path(path, "field file", "an .npz or a torch.save'd dict of arrays", folder=False)
     suffix = p.suffix.lower()
     if suffix in NPZ_SUFFIXES:
         arrays = _read_npz(p, (x_key, y_key, pos_key))

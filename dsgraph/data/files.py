@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import dgl
 import numpy as np
 
-from dsgraph.data.arrays import MASKS, Sources, finish, short_error
+from dsgraph.data.arrays import MASKS, Sources, finish, short_error, user_path
 from dsgraph.errors import DataError
 
 NODE_KEYS = ("feat", "label") + MASKS
@@ -33,14 +33,7 @@ def load_graph_file(path: str | os.PathLike | None, split: Optional[Sequence[flo
     ``split`` (train, val, test fractions, drawn with ``seed``) replaces the file's masks and is
     required when the file has none; ``reverse_edges`` appends every edge reversed.
     """
-    if path is None or str(path) == "":
-        raise DataError("dataset.path: expected a graph file (.dgl/.bin from dgl.save_graphs, "
-                        "or .npz), got nothing")
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: graph file not found")
-    if not p.is_file():
-        raise DataError(f"{p}: expected a graph file, got a folder or special file")
+    p = user_path(path, "graph file", "a .dgl/.bin file from dgl.save_graphs, or an .npz", folder=False)
     suffix = p.suffix.lower()
     if suffix == ".npz":
         src, dst, nd = _read_npz(p, masks_optional=split is not None)

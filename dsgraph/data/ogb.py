@@ -24,7 +24,7 @@ import dgl
 import numpy as np
 import pandas as pd
 
-from dsgraph.data.arrays import Sources, finish, float_labels, short_error
+from dsgraph.data.arrays import Sources, finish, float_labels, short_error, user_path
 from dsgraph.errors import DataError
 
 # Per dataset (by OGB name): add_inverse_edge and the official split's folder, from OGB's
@@ -67,14 +67,7 @@ def load_ogb(path: str | os.PathLike | None, split: Optional[Sequence[float]] = 
     ``split`` (train, val, test fractions, drawn with ``seed`` among labelled nodes) replaces the
     official split and is required when the folder has none.
     """
-    if path is None or str(path) == "":
-        raise DataError("dataset.path: expected an OGB dataset folder (holding raw/ and split/), "
-                        "got nothing")
-    root = Path(path)
-    if not root.is_dir():
-        what = "not found" if not root.exists() else "is not a folder"
-        raise DataError(f"{root}: OGB dataset folder {what} (expected the folder holding raw/ "
-                        f"and split/)")
+    root = user_path(path, "OGB dataset folder", "the folder holding raw/ and split/", folder=True)
     raw = root / "raw"
     if not raw.is_dir():
         raise DataError(f"{raw}: folder not found; an OGB dataset folder holds raw/ (edge.csv.gz, "
