@@ -15,6 +15,7 @@ under ``benchmarks/reports/quick/`` so a CI-size run never overwrites a committe
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import io
@@ -25,7 +26,7 @@ import re
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_bytes, atomic_write_text
@@ -44,6 +45,22 @@ def environment() -> dict[str, Any]:
     except Exception:  # dgl import is optional for pure-torch benchmarks
         env["dgl"] = None
     return env
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then restore them (the launcher hands its
+    environment to every process of a job, so this is how a benchmark sets theirs)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def median(values: Iterable[float]) -> float:

@@ -29,14 +29,13 @@ validation accuracies of every job are within 0.5 point. Processes are measured 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.harness import Report, View, bars, median, render_saved
+from benchmarks.harness import Report, View, bars, environ, median, render_saved
 from dsgraph import dist
 from dsgraph.procstats import file_rss_mb, peak_rss_mb, reset_peak_rss, rss_mb
 from dsgraph.trainer import Hook, Trainer
@@ -250,16 +249,8 @@ def _job(base: list[str], setting: dict, scale: dict, run_dir: Path) -> dict[str
         "train.eval_every=1", "train.seed=0", "train.timeout_s=1800", "cluster.num_threads=1",
         *_variant_sets(setting["variant"])])
     run_dir = prepare_run_dir(cfg, str(run_dir), resume=False, force=True)
-    saved = {k: os.environ.get(k) for k in MMAP_ENV}
-    os.environ.update(MMAP_ENV)  # the launcher passes its environment on to every process
-    try:
+    with environ(MMAP_ENV):
         summary = launch(cfg, run_dir, False, ["--hook", "benchmarks.sampled_remat:measure"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return job_figures(summary, read_records(run_dir))
 
 

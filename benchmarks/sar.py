@@ -50,7 +50,7 @@ import dgl
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness import Report, View, line, median, render_saved, tag
+from benchmarks.harness import Report, View, environ, line, median, render_saved, tag
 from dsgraph import dist
 from dsgraph.checkpoint import seed_everything
 from dsgraph.config import DatasetConfig, load
@@ -266,16 +266,8 @@ def _run_sar(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path
                       "cluster.num_threads=1", "compression.enabled=false"])
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
     hook = "measure_grads" if grads else "measure"
-    saved = {k: os.environ.get(k) for k in MMAP_ENV}
-    os.environ.update(MMAP_ENV)  # the launcher passes its environment on to every worker
-    try:
+    with environ(MMAP_ENV):
         summary = launch(cfg, run_dir, False, ["--hook", f"benchmarks.sar:{hook}"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     records = read_records(run_dir)
     workers = summary["bench_workers"]
     return {"act_mb": summary["train_mem_mb"], "peak_mb": max(summary["peak_rss_mb_per_worker"]),
