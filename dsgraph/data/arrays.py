@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import dgl
 import numpy as np
@@ -46,6 +47,28 @@ def user_path(path: str | os.PathLike | None, kind: str, holds: str, folder: boo
         got = "a folder" if p.is_dir() else "a file" if folder else "a special file"
         raise DataError(f"{p}: expected the {kind} ({holds}), got {got}")
     return p
+
+
+def read_npz(p: Path, select: Callable[[list[str]], Sequence[str]]
+             ) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The names an ``.npz`` holds and the arrays ``select(names)`` picks (it may raise a
+    DataError, say for a missing key); pickled (object) arrays are refused, never loaded, and an
+    unreadable file is one line."""
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            names = list(z.files)
+            out = {}
+            for k in select(names):
+                try:
+                    out[k] = z[k]
+                except ValueError:  # object arrays need pickle, which can execute code
+                    raise DataError(f"{p}: {k}: expected a numeric array, got a pickled object "
+                                    f"array") from None
+            return names, out
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{p}: not a readable .npz file ({short_error(exc)})") from None
 
 
 def short_error(exc: BaseException) -> str:

@@ -17,7 +17,6 @@ shapes, NaN/inf, too few samples) raises :class:`DataError` with one line naming
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from dsgraph.data.arrays import short_error, user_path
+from dsgraph.data.arrays import read_npz, short_error, user_path
 from dsgraph.errors import DataError
 
 NPZ_SUFFIXES = (".npz",)
@@ -71,23 +70,8 @@ def read_field_file(path: str | os.PathLike, x_key: str = "x", y_key: str = "y",
 def _read_npz(p: Path, keys: tuple[str, ...]) -> dict[str, Optional[np.ndarray]]:
     """The arrays of ``keys`` an .npz holds (other keys map to None: named in errors, never
     read); pickled (object) arrays are refused."""
-    out: dict[str, Optional[np.ndarray]] = {}
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            for k in z.files:
-                if k not in keys:
-                    out[k] = None
-                    continue
-                try:
-                    out[k] = z[k]
-                except ValueError:  # object arrays need pickle, which can execute code
-                    raise DataError(f"{p}: {k}: expected a numeric array, got a pickled object "
-                                    f"array") from None
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{p}: not a readable .npz file ({short_error(exc)})") from None
-    return out
+    names, arrays = read_npz(p, lambda held: [k for k in held if k in keys])
+    return {k: arrays.get(k) for k in names}
 
 
 def _read_torch(p: Path, keys: tuple[str, ...]) -> dict[str, Optional[np.ndarray]]:

@@ -10,14 +10,13 @@ file and the key, because a bad input file must be reported, not crash a distrib
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import Optional, Sequence
 
 import dgl
 import numpy as np
 
-from dsgraph.data.arrays import MASKS, Sources, finish, short_error, user_path
+from dsgraph.data.arrays import MASKS, Sources, finish, read_npz, short_error, user_path
 from dsgraph.errors import DataError
 
 NODE_KEYS = ("feat", "label") + MASKS
@@ -54,26 +53,14 @@ def _required(keys: tuple[str, ...], present: list[str], masks_optional: bool) -
 
 def _read_npz(p: Path, masks_optional: bool) -> Arrays:
     """Arrays of an .npz file; pickled (object) arrays are refused rather than executed."""
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            required = _required(NPZ_KEYS, z.files, masks_optional)
-            missing = [k for k in required if k not in z.files]
-            if missing:
-                raise DataError(f"{p}: missing key {missing[0]!r}; an .npz graph needs keys "
-                                + ", ".join(NPZ_KEYS))
-            arrays = {}
-            for k in NPZ_KEYS:
-                if k not in z.files or (masks_optional and k in MASKS):
-                    continue
-                try:
-                    arrays[k] = z[k]
-                except ValueError:  # object arrays need pickle, which is a code-execution risk
-                    raise DataError(f"{p}: {k}: expected a numeric array, got a pickled object "
-                                    f"array") from None
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{p}: not a readable .npz file ({short_error(exc)})") from None
+    def select(names: list[str]) -> list[str]:
+        missing = [k for k in _required(NPZ_KEYS, names, masks_optional) if k not in names]
+        if missing:
+            raise DataError(f"{p}: missing key {missing[0]!r}; an .npz graph needs keys "
+                            + ", ".join(NPZ_KEYS))
+        return [k for k in NPZ_KEYS if k in names and not (masks_optional and k in MASKS)]
+
+    _, arrays = read_npz(p, select)
     src, dst = arrays.pop("src"), arrays.pop("dst")
     return src, dst, arrays
 

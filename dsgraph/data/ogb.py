@@ -16,7 +16,6 @@ it asks on stdin when a release file is missing, downloads when a raw file is mi
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -24,7 +23,7 @@ import dgl
 import numpy as np
 import pandas as pd
 
-from dsgraph.data.arrays import Sources, finish, float_labels, short_error, user_path
+from dsgraph.data.arrays import Sources, finish, float_labels, read_npz, short_error, user_path
 from dsgraph.errors import DataError
 
 # Per dataset (by OGB name): add_inverse_edge and the official split's folder, from OGB's
@@ -157,24 +156,13 @@ def _read_csv_layout(raw: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int
 
 def _npz(p: Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
     """Named arrays of an ``.npz``; object arrays (pickles) are refused, never loaded."""
-    try:
-        with np.load(_need(p), allow_pickle=False) as z:
-            missing = [k for k in keys if k not in z.files]
-            if missing:
-                raise DataError(f"{p}: missing key {missing[0]!r}; expected keys "
-                                + ", ".join(keys))
-            out = {}
-            for k in keys:
-                try:
-                    out[k] = z[k]
-                except ValueError:
-                    raise DataError(f"{p}: {k}: expected a numeric array, got a pickled object "
-                                    f"array") from None
-            return out
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{p}: not a readable .npz file ({short_error(exc)})") from None
+    def select(names: list[str]) -> Sequence[str]:
+        missing = [k for k in keys if k not in names]
+        if missing:
+            raise DataError(f"{p}: missing key {missing[0]!r}; expected keys " + ", ".join(keys))
+        return keys
+
+    return read_npz(_need(p), select)[1]
 
 
 def _read_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, Sources]:
