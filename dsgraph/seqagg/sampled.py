@@ -2,14 +2,15 @@
 at a time and rebuilt in backward, with unmodified ``dgl.nn`` layers.
 
 A :class:`RematBlock` stands in for the batch's first block. Its source nodes are grouped by
-the partition that owns them (the trainer's own first); the model receives a zero-stride
-placeholder instead of their features. Layers installed by :func:`install` (SAGEConv mean/gcn/
-pool, GraphConv, GATConv) then run as one autograd Function (:class:`_RematFn`) that calls the
-layer's own forward on a :class:`GroupBlock` per group:
+the partition that owns them (the trainer's own first) and each partition's rows are cut into
+groups of at most ``sar.chunk_rows`` rows; the model receives a zero-stride placeholder instead
+of their features. Layers installed by :func:`install` (SAGEConv mean/gcn/pool, GraphConv,
+GATConv) then run as one autograd Function (:class:`_RematFn`) that calls the layer's own
+forward on a :class:`GroupBlock` per group:
 
 * forward, per group: pull its rows (:class:`RowSource`), run the layer up to its aggregation,
   fold the group into destination-sized state with the shared core
-  (:mod:`dsgraph.seqagg.kernels`, ``chunk_rows`` rows at a time), drop the rows; then run the
+  (:mod:`dsgraph.seqagg.kernels`), drop the rows; then run the
   layer once more with no source rows, the aggregation returning the folded result, to produce
   the output (post-aggregation linear maps, bias, activation).
 * backward: the output run again under autograd gives the gradient of the aggregate. If what
@@ -85,7 +86,7 @@ class EmbeddingRows:
 
 
 class Group:
-    """Source rows of one owning partition and their edges (a GroupGraph)."""
+    """Source rows of one owning partition (all, or a chunk of them) and their edges."""
 
     __slots__ = ("part", "rows", "ids", "graph", "first_chunk")
 
@@ -95,8 +96,10 @@ class Group:
 
 
 class RematBlock:
-    """A sampled block whose source rows are pulled and aggregated one owning partition at a
-    time (see the module docstring). ``owner(ids)`` gives the partition of global ids."""
+    """A sampled block whose source rows are pulled and aggregated one group at a time: the rows
+    of one owning partition (the trainer's own first), cut into groups of at most
+    ``chunk_rows`` rows (0: one group per partition). ``owner(ids)`` gives the partition of
+    global ids."""
 
     def __init__(self, block, source: RowSource, owner: Callable[[torch.Tensor], torch.Tensor],
                  own_part: int = 0, chunk_rows: int = 0, compression: Any = None,
@@ -123,8 +126,17 @@ class RematBlock:
             if not bool(keep.any()):
                 continue  # its rows reach no destination: never pulled
             s, d, _ = sort_by_src(pos[u[keep]], v[keep])
-            self.groups.append(Group(p, rows, self.src_ids[rows],
-                                     GroupGraph(s, d, rows.numel(), self.num_dst)))
+            # Groups of at most chunk_rows rows: one is pulled, projected and folded at a time,
+            # so the largest partition's share of the batch is never alive at once.
+            step = chunk_rows if chunk_rows > 0 else rows.numel()
+            for a in range(0, rows.numel(), step):
+                b = min(a + step, rows.numel())
+                ea, eb = (int(i) for i in torch.searchsorted(s, torch.tensor([a, b])))
+                if eb == ea:
+                    continue  # these rows reach no destination: never pulled
+                piece = rows[a:b]
+                self.groups.append(Group(p, piece, self.src_ids[piece],
+                                         GroupGraph(s[ea:eb] - a, d[ea:eb], b - a, self.num_dst)))
         self.width, self.dtype = width, dtype
 
     def placeholder(self, width: int, dtype: torch.dtype) -> torch.Tensor:
