@@ -248,8 +248,15 @@ def _launch(ws: Workspace, case: Case, run: Path, extra: tuple[str, ...] = (),
     err = run.parent / f"{run.name}.{'resume.' if resume else ''}stderr"
     with err.open("w") as fh:
         proc = subprocess.Popen(args, cwd=ROOT, env=ws.env, stdout=subprocess.DEVNULL, stderr=fh,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
     return proc, err
+
+
+def default_sigint() -> None:
+    """In a launched job: Ctrl-C acts as in a terminal. A command started in the background by a
+    shell without job control inherits SIGINT ignored, and Python then keeps it ignored, so a
+    suite run that way would otherwise see the launcher shrug off the fault under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_until(cond, timeout_s: float, proc: subprocess.Popen, poll_s: float = 0.1) -> bool:

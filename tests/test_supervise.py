@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from benchmarks.reliability import default_sigint
 from dsgraph.cluster import shm
 from dsgraph.cluster.spec import read_ip_config
 from dsgraph.cluster.supervise import Supervisor
@@ -66,7 +67,7 @@ LAUNCHER = (
 def _start_launcher(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A launcher of two sleeping gloo workers; returns it and the workers' pids once joined."""
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.time() + 40
     workers: list[int] = []
     while time.time() < deadline and len(workers) < 2:
