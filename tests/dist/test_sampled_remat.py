@@ -143,6 +143,8 @@ def test_composes_with_int2_compression(batch):
     """INT2 saves inside the groups' recompute: the forward stays exact, only the first layer's
     gradients carry quantization noise, and that noise is unbiased (stochastic rounding): the
     mean over 8 rounding seeds is much closer to the exact gradient than a single run."""
+    import dgl
+
     from dsgraph.config import CompressionConfig
     from dsgraph.models.registry import build_model
     blocks, feat, owner, y = batch
@@ -162,7 +164,7 @@ def test_composes_with_int2_compression(batch):
         runs.append(grads)
     assert min(single) > TOL["float32"], single  # quantized saves: close, not equal
     ref = copy.deepcopy(model)
-    x = feat[blocks[0].srcdata["_ID"]].float()
+    x = feat[blocks[0].srcdata[dgl.NID]].float()
     F.cross_entropy(ref(blocks, x), y).backward()
     exact = {k: p.grad for k, p in ref.named_parameters()}
     mean = {k: torch.stack([r[k] for r in runs]).mean(0) for k in exact}
