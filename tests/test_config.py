@@ -241,6 +241,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
     (["cluster.netns=[a, b]"],
      "cluster.ip_config: expected the machines' addresses (one 'IP [PORT]' line per namespace) "
      "with cluster.netns, got null"),
+    (["cluster.netns_shm=true"],
+     "cluster.netns_shm: true needs cluster.netns (one network namespace per machine), got none"),
 ])
 def test_cross_field_rules(sets, message):
     with pytest.raises(ConfigError) as err:

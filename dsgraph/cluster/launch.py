@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dsgraph.cluster import shm
+from dsgraph.cluster.netns import host_shm
 from dsgraph.cluster.spec import Machine, plan_machines
 from dsgraph.cluster.supervise import Supervisor
 from dsgraph.config import ClusterConfig
@@ -49,7 +50,13 @@ def remote_argv(machine: Machine, cluster: ClusterConfig, argv: Sequence[str],
               + " ".join(f"{k}={shlex.quote(env[k])}" for k in keys) + " "
               + " ".join(shlex.quote(a) for a in argv))
     if cluster.netns:
-        return ["ip", "netns", "exec", str(cluster.netns[machine.index]), "sh", "-c", remote]
+        ns = str(cluster.netns[machine.index])
+        if cluster.netns_shm:
+            # `ip netns exec` gives the process its own mount namespace, so this bind mount is
+            # seen by nobody else; every process of the host binds the same folder.
+            shared = shlex.quote(str(host_shm(ns)))
+            remote = f"mkdir -p {shared} && mount --bind {shared} /dev/shm && {remote}"
+        return ["ip", "netns", "exec", ns, "sh", "-c", remote]
     return ["ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-tt",
             "-p", str(cluster.ssh_port), machine.ip, remote]
 

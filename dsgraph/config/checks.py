@@ -46,6 +46,9 @@ def cross_check(cfg: Config) -> None:
     if netns and len(netns) != cfg.num_machines:
         raise ConfigError(f"{src}: cluster.netns: expected one namespace per machine "
                           f"({cfg.num_machines}), got {netns!r}")
+    if cfg.cluster.netns_shm and not netns:
+        raise ConfigError(f"{src}: cluster.netns_shm: true needs cluster.netns (one network "
+                          f"namespace per machine), got none")
     if netns and not cfg.cluster.ip_config:
         raise ConfigError(f"{src}: cluster.ip_config: expected the machines' addresses (one "
                           f"'IP [PORT]' line per namespace) with cluster.netns, got null")

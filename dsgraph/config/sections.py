@@ -146,6 +146,9 @@ class ClusterConfig:
     ssh_port: int = opt(22, "ssh port of the other hosts", ge=1, le=65535)
     netns: list = opt(doc="start machine m's processes in network namespace `netns[m]` "
                           "instead of over ssh", factory=list)
+    netns_shm: bool = opt(False, "with `netns`: each namespace host's processes see "
+                                 "`/dev/shm/<netns[m]>` as their /dev/shm, as separate machines "
+                                 "have separate shared memory (stock DGL needs it on 2+ hosts)")
     workdir: Optional[str] = opt(None, "working directory on the other hosts (default: this "
                                        "one's)")
     python: Optional[str] = opt(None, "interpreter on the other hosts (default: this one's "
