@@ -1,162 +1,263 @@
-"""Benchmark ``sampled``: dsgraph's patched multi-partition cluster vs DGL's stock single-host path.
+"""Benchmark ``sampled``: dsgraph's sampled trainer vs stock DistDGL on equal deployments.
 
-Rows (same graph, GraphSAGE model, NeighborSampler and batch size; a fresh job per repeat):
-- ``dsgraph 2 parts x 1 trainer``: 2 METIS partitions on this host, 2 servers, 2 trainers;
-- ``dsgraph 1 part x 1 trainer``: the one-trainer baseline of the scaling ratio;
-- ``dsgraph 1 part x 2 trainers``: dsgraph's launcher (patched) on the stock layout;
-- ``stock DGL 1 part x 2 trainers``: DGL's own `partition_graph(num_parts=1,
-  num_trainers_per_machine=2)` served by 1 unpatched server (the only correct stock one-host set-up);
-- ``dsgraph MLP``: the feature-only model on the 2-partition cluster (how much structure matters).
-Samples/s = training seeds per second summed over trainers, median over epochs 2.. of a run,
-then median over repeats.
+The stock rows run ``benchmarks.stock_dgl_trainer`` (DGL's distributed GraphSAGE example logic,
+no dsgraph code) on DGL's own partitioning, served by unpatched DistGraph servers; the dsgraph
+rows run ``python -m train``'s sampled trainer on dsgraph's partitions. Same graph, model,
+fanouts, batch size, learning rate and epochs everywhere; a fresh job per repeat.
+
+Deployments (``link``):
+- ``local``: one host. Stock DGL can only serve one partition per host (dmlc/dgl#3621), so its
+  row is 1 partition x 2 trainers; dsgraph runs 2 partitions x 1 trainer (the target), and also
+  stock's layout, 1 trainer, and a feature-only MLP (how much the structure matters).
+- ``veth``: 2 emulated hosts (network namespaces on a veth pair, each with its own /dev/shm:
+  :mod:`dsgraph.cluster.netns`), one partition and one trainer per host, both systems.
+- ``veth_throttled``: the same over a link throttled to 1 Gbit/s (``tc`` token bucket).
+Rows needing namespaces are skipped, with the reason in the report, where they cannot be made.
+
+Samples/s = training seeds per second summed over trainers (seeds / slowest trainer's loop),
+median over epochs 2.. of a run, then median over repeats (with the spread of the repeats).
 """
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import dgl
 
 from benchmarks.harness import Report, View, bars, median, render_saved
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
 from dsgraph.data import load_graph
 from dsgraph.metrics import read_records, read_summary, update_summary
 from dsgraph.partition import partition_graph
 from dsgraph.runs import prepare_run_dir
-from train.__main__ import WORKER, launch
-from train.sampled import SampledStrategy
+from train.__main__ import launch
+
+THROTTLE = "1gbit"
+STOCK_TRAINER = "benchmarks.stock_dgl_trainer"
+LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2")
 
 
-def _run(base: list[str], tmp: Path, name: str, sets: list[str], stock: bool = False) -> dict:
-    """One fresh job in run folder ``tmp/name``: dsgraph's launcher (``train.__main__.launch``),
-    or with ``stock`` the same ``train.worker`` trainers under DGL's unpatched single-host path
-    (``run_dgl_job(..., stock=True)``)."""
-    cfg = config_mod.load("configs/default.yaml", base + sets)
-    run_dir = prepare_run_dir(cfg, str(tmp / name), resume=False, force=True)
-    if stock:
-        t0 = time.perf_counter()
-        part_config = SampledStrategy.prepare(cfg)
-        peaks = run_dgl_job(run_dir, part_config, cfg.cluster, WORKER, (), cfg.train.timeout_s,
-                            stock=True)
-        # The launcher's figures, as train.__main__.launch adds them for the dsgraph rows.
-        own = read_summary(run_dir).get("peak_rss_mb", 0.0)
-        summary = update_summary(run_dir, wall_s=time.perf_counter() - t0,
-                                 peak_rss_mb=max([own, *peaks.values()]),
-                                 peak_rss_mb_per_process=peaks)
+@dataclass(frozen=True)
+class Setting:
+    """One row: which system, how deployed, and its extra config overrides."""
+
+    name: str
+    system: str  # "stock" or "dsgraph"
+    hosts: int
+    parts: int
+    trainers: int  # in all
+    link: str  # "local", "veth" or "veth_throttled"
+    sets: tuple[str, ...] = ()
+    partition: str = ""  # which partitioning (a folder under the temp dir)
+
+
+def _settings() -> list[Setting]:
+    local = "local"
+    rows = [
+        Setting("stock DGL 1 part x 2 trainers", "stock", 1, 1, 2, local, partition="stock1"),
+        Setting("dsgraph 2 parts x 1 trainer", "dsgraph", 1, 2, 2, local, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, local sampling", "dsgraph", 1, 2, 2, local,
+                LOCAL_SAMPLING, partition="p2h2"),
+        Setting("dsgraph 1 part x 2 trainers", "dsgraph", 1, 1, 2, local, partition="p1"),
+        Setting("dsgraph 1 part x 1 trainer", "dsgraph", 1, 1, 1, local, partition="p1"),
+        Setting("dsgraph MLP (features only)", "dsgraph", 1, 2, 2, local,
+                ("model.name=mlp", "model.args={hidden: 128, num_layers: 2}",
+                 "sampled.eval=sampled"), partition="p2"),
+    ]
+    for link in ("veth", "veth_throttled"):
+        rows += [
+            Setting(f"stock DGL 2 hosts ({link})", "stock", 2, 2, 2, link, partition="stock2"),
+            Setting(f"dsgraph 2 hosts ({link})", "dsgraph", 2, 2, 2, link, partition="p2"),
+            Setting(f"dsgraph 2 hosts ({link}), local sampling", "dsgraph", 2, 2, 2, link,
+                    LOCAL_SAMPLING, partition="p2h2"),
+        ]
+    return rows
+
+
+def _partitions(base: list[str], tmp: Path) -> None:
+    """Every partitioning the rows use: dsgraph's (1 and 2 parts, 2 parts with a 2-hop halo)
+    and DGL's own (``partition_graph`` with METIS, trainers per machine as the rows run)."""
+    g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
+    partition_graph(g, 1, tmp / "p1", force=True)
+    partition_graph(g, 2, tmp / "p2", force=True)
+    partition_graph(g, 2, tmp / "p2h2", halo_hops=2, force=True)
+    dgl.distributed.partition_graph(g, "graph", 1, str(tmp / "stock1"),
+                                    num_trainers_per_machine=2, part_method="metis")
+    dgl.distributed.partition_graph(g, "graph", 2, str(tmp / "stock2"),
+                                    num_trainers_per_machine=1, part_method="metis")
+
+
+def _hosts_sets(tmp: Path, hosts: tuple[list[str], list[str]], port: int) -> list[str]:
+    """Overrides that put machine m's processes in namespace m with its own /dev/shm."""
+    names, ips = hosts
+    ip_config = tmp / f"ip_config_{port}.txt"
+    ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
+    return [f"cluster.ip_config={ip_config}", f"cluster.netns=[{', '.join(names)}]",
+            "cluster.netns_shm=true"]
+
+
+def _stock_args(cfg) -> list[str]:
+    """The stock trainer's command line for the settings of ``cfg``."""
+    m, s, t = cfg.model.args, cfg.sampled, cfg.train
+    return ["--fanouts", ",".join(str(f) for f in s.fanouts), "--batch-size", str(s.batch_size),
+            "--epochs", str(t.epochs), "--hidden", str(m.get("hidden", 128)),
+            "--num-layers", str(m.get("num_layers", 2)), "--lr", str(t.lr), "--seed", str(t.seed),
+            "--eval-batch-size", str(s.eval_batch_size)]
+
+
+def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
+         host_sets: list[str]) -> dict:
+    """One fresh job of ``setting`` in ``tmp/run_name``; its steady-state figures."""
+    part_dir = tmp / setting.partition
+    sets = [*base, *setting.sets, *host_sets, f"partition.num_parts={setting.parts}",
+            f"partition.out_dir={part_dir}",
+            f"cluster.trainers_per_machine={setting.trainers // max(setting.parts, 1)}"]
+    cfg = config_mod.load("configs/default.yaml", sets)
+    run_dir = prepare_run_dir(cfg, str(tmp / run_name), resume=False, force=True)
+    load1 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    if setting.system == "stock":
+        args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
+        peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, STOCK_TRAINER, args,
+                            cfg.train.timeout_s, stock=True)
+        summary = json.loads((run_dir / "stock_summary.json").read_text())
+        lines = [json.loads(ln) for ln in
+                 (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
+        summary.update(wall_s=time.perf_counter() - t0, peak_rss_mb=max(peaks.values()))
     else:
         summary = launch(cfg, run_dir, resume=False)
-    lines = read_records(run_dir)
+        lines = read_records(run_dir)
     steady = lines[1:] or lines
+
+    def _mid(key: str) -> Optional[float]:
+        values = [r[key] for r in steady if r.get(key) is not None]
+        return median(values) if values else None
+
     return {"samples_per_s": median(r["samples_per_s"] for r in steady),
             "epoch_s": median(r["epoch_s"] for r in steady), "test_acc": summary["test_acc"],
-            "wall_s": summary["wall_s"], "peak_rss_mb": summary["peak_rss_mb"]}
+            "remote_feature_bytes": _mid("remote_feature_bytes"),
+            "rpc_sample_requests": _mid("rpc_sample_requests"),
+            "cache_hit_rate": _mid("cache_hit_rate"), "wall_s": summary["wall_s"],
+            "peak_rss_mb": summary["peak_rss_mb"], "load1": load1}
 
 
-def _stock_partition(base: list[str], out: Path) -> None:
-
-    cfg = config_mod.load("configs/default.yaml", base)
-    g = load_graph(cfg.dataset)
-    dgl.distributed.partition_graph(g, "graph", 1, str(out), num_trainers_per_machine=2,
-                                    part_method="metis")
-
-
-COLUMNS = ("setting", "trainers", "parts", "samples_per_s", "epoch_s", "test_acc",
-           "ratio_vs_stock", "wall_s", "peak_rss_mb")
-KEY = ("setting",)
-TITLE = "Sampled distributed training: dsgraph vs stock DGL (one host)"
-STOCK, TWO_PARTS, ONE_PART = ("stock DGL 1 part x 2 trainers", "dsgraph 2 parts x 1 trainer",
-                              "dsgraph 1 part x 1 trainer")
-ONE_PART_TWO, MLP = "dsgraph 1 part x 2 trainers", "dsgraph MLP (features only)"
+def _measure(setting: Setting, base: list[str], tmp: Path, repeats: int,
+             host_sets: list[str], index: int) -> dict:
+    """Median (and spread) over ``repeats`` fresh jobs of one setting."""
+    runs = [_run(setting, base, tmp, f"run{index}-{r}", host_sets) for r in range(repeats)]
+    row = {"setting": setting.name, "system": setting.system, "hosts": setting.hosts,
+           "parts": setting.parts, "trainers": setting.trainers, "link": setting.link}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = median(values) if values else None
+    rates = [r["samples_per_s"] for r in runs]
+    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
+    return row
 
 
 def run(quick: bool) -> Path:
-    """Run every configuration ``repeats`` times and write the report."""
+    """Run every setting ``repeats`` times, one job at a time, and write the report."""
     repeats = 1 if quick else 3
-    epochs = 2 if quick else 8
+    epochs = 2 if quick else 6
     nodes = 10_000 if quick else 100_000
     report = Report(VIEW, quick, repeats=repeats)
     with tempfile.TemporaryDirectory(prefix="dsgraph-bench-") as tmpd:
         tmp = Path(tmpd)
+        # Half the nodes train, so an epoch is ~25 batches per trainer, not loader start-up.
         base = [f"dataset.num_nodes={nodes}", f"dataset.cache_dir={tmp / 'data'}",
+                "dataset.train_frac=0.5", "dataset.val_frac=0.1", "dataset.test_frac=0.2",
                 f"train.epochs={epochs}", "train.timeout_s=900"]
-        g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
-        for parts in (1, 2):
-            partition_graph(g, parts, tmp / f"p{parts}", force=True)
-        _stock_partition(base, tmp / "stock")
-        p1 = [f"partition.out_dir={tmp / 'p1'}", "partition.num_parts=1"]
-        p2 = [f"partition.out_dir={tmp / 'p2'}", "partition.num_parts=2"]
-        settings = [
-            ("dsgraph 2 parts x 1 trainer", 2, 2, [*p2], False),
-            ("dsgraph 1 part x 1 trainer", 1, 1, [*p1], False),
-            ("dsgraph 1 part x 2 trainers", 2, 1, [*p1, "cluster.trainers_per_machine=2"], False),
-            ("stock DGL 1 part x 2 trainers", 2, 1,
-             [f"partition.out_dir={tmp / 'stock'}", "partition.num_parts=1",
-              "cluster.trainers_per_machine=2"], True),
-            ("dsgraph MLP (features only)", 2, 2,
-             [*p2, "model.name=mlp", "model.args={hidden: 128, num_layers: 2}",
-              "sampled.eval=sampled"], False),
-        ]
-        rows = {}
-        for name, trainers, parts, sets, stock in settings:
-            runs = [_run(base, tmp, f"{name.split()[0]}-{len(rows)}-{r}", sets, stock)
-                    for r in range(repeats)]
-            rows[name] = {k: median(r[k] for r in runs) for k in runs[0]}
-            rows[name].update(setting=name, trainers=trainers, parts=parts)
-    stock_sps = rows[STOCK]["samples_per_s"]
+        _partitions(base, tmp)
+        rows: dict[str, dict] = {}
+        skipped: dict[str, str] = {}
+        port = 30050
+        for link in ("local", "veth", "veth_throttled"):
+            settings = [s for s in _settings() if s.link == link]
+            if link == "local":
+                for s in settings:
+                    rows[s.name] = _measure(s, base, tmp, repeats, [], len(rows))
+                    report.add(rows[s.name])
+                continue
+            try:
+                with emulated_hosts(rate=THROTTLE if link == "veth_throttled" else None) as hosts:
+                    for s in settings:
+                        port += 1  # a fresh server port per setting: no TIME_WAIT clash
+                        rows[s.name] = _measure(s, base, tmp, repeats,
+                                                _hosts_sets(tmp, hosts, port), len(rows))
+                        report.add(rows[s.name])
+            except HostsUnavailable as exc:
+                skipped[link] = str(exc)
     for row in rows.values():
-        row["ratio_vs_stock"] = row["samples_per_s"] / stock_sps
-        report.add(row)
-    two, one, one_two = rows[TWO_PARTS], rows[ONE_PART], rows[ONE_PART_TWO]
-    report.extra["scaling_2_vs_1_trainer"] = two["samples_per_s"] / one["samples_per_s"]
-    report.extra["scaling_2_vs_1_trainer_one_part"] = one_two["samples_per_s"] / one["samples_per_s"]
+        ref = _stock_row(rows, row["link"])
+        row["ratio_vs_stock"] = row["samples_per_s"] / ref["samples_per_s"] if ref else None
+    report.records = list(rows.values())
+    report.extra["skipped"] = skipped
     return report.save()
 
 
+def _stock_row(rows: dict[str, dict], link: str) -> Optional[dict]:
+    """The stock row a row of ``link`` is compared with."""
+    for row in rows.values():
+        if row["system"] == "stock" and row["link"] == link:
+            return row
+    return None
+
+
+COLUMNS = ("setting", "system", "hosts", "parts", "trainers", "link", "samples_per_s",
+           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "epoch_s", "test_acc",
+           "remote_feature_bytes", "rpc_sample_requests", "cache_hit_rate", "load1", "wall_s",
+           "peak_rss_mb")
+KEY = ("setting",)
+TITLE = "Sampled distributed training: dsgraph vs stock DistDGL (one host, two emulated hosts)"
+TARGETS = {"local": 1.0, "veth": 1.3, "veth_throttled": 1.5}
+
+
 def _notes(payload: dict) -> list[str]:
-    """The throughput targets and the structure-vs-features comparison."""
-    rows = {r["setting"]: r for r in payload["records"]}
-    two, one_two = rows[TWO_PARTS], rows[ONE_PART_TWO]
-    return [f"Throughput ratio dsgraph 2-partition cluster / stock DGL single-host path: "
-            f"**{two['ratio_vs_stock']:.2f}x** (target >= 1.0); dsgraph on the stock layout "
-            f"(1 part x 2 trainers): **{one_two['ratio_vs_stock']:.2f}x**. Two trainers vs one: "
-            f"**{payload['scaling_2_vs_1_trainer']:.2f}x** samples/s with 2 partitions, "
-            f"**{payload['scaling_2_vs_1_trainer_one_part']:.2f}x** with 1 partition "
-            f"(target >= 1.6; every process shares 2 cores). With 2 partitions the second hop's "
-            f"neighbours of remote frontier nodes are sampled by the other machine's server "
-            f"over RPC, and features beyond the cached halo are pulled over RPC; the one-part "
-            f"layout samples everything in-process. GraphSAGE test accuracy "
-            f"{two['test_acc']:.3f} vs feature-only MLP {rows[MLP]['test_acc']:.3f}."]
+    """Each deployment's ratio against its stock row, the accuracy gap, skipped rows."""
+    records = payload["records"]
+    out = []
+    for link, target in TARGETS.items():
+        stock = [r for r in records if r["system"] == "stock" and r["link"] == link]
+        ours = [r for r in records if r["system"] == "dsgraph" and r["link"] == link
+                and r["parts"] == 2 and "MLP" not in r["setting"]]
+        if not stock or not ours:
+            continue
+        parts = [f"{r['setting']}: **{r['ratio_vs_stock']:.2f}x** "
+                 f"({r['samples_per_s']:,.0f} vs {stock[0]['samples_per_s']:,.0f} seeds/s; "
+                 f"test accuracy {r['test_acc'] - stock[0]['test_acc']:+.3f})" for r in ours]
+        out.append(f"**{link}** vs {stock[0]['setting']} (target >= {target:.1f}x, accuracy "
+                   f"within 0.005): " + "; ".join(parts) + ".")
+    for link, why in payload.get("skipped", {}).items():
+        out.append(f"**{link}** rows skipped: {why}.")
+    return out
 
 
 def _plot(rows: list[dict], fig) -> None:
-    """Training throughput and test accuracy, one horizontal bar per setting (table order,
-    top to bottom)."""
+    """Training throughput (with the repeats' range) and test accuracy, one bar per setting."""
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
     ys = [-i for i in range(len(rows))]  # the first row on top, as in the table
-    stock = [r for r in rows if r["setting"] == STOCK]
-    bars(ax1, ys, rows, "samples_per_s", KEY, horizontal=True, color="tab:blue")
-    if stock:
-        ax1.axvline(stock[0]["samples_per_s"], color="k", lw=0.6, ls="--", label="stock DGL")
-        ax1.legend(fontsize=7, loc="lower right")
-    ax1.set_xlabel("training seeds / s (median)")
-    ax1.set_yticks(ys, [r["setting"] for r in rows])
+    colours = ["tab:gray" if r["system"] == "stock" else "tab:blue" for r in rows]
+    bars(ax1, ys, rows, "samples_per_s", KEY, horizontal=True, color=colours)
+    for y, r in zip(ys, rows):
+        if r.get("samples_per_s_min") is not None:
+            ax1.plot([r["samples_per_s_min"], r["samples_per_s_max"]], [y, y], color="k", lw=1)
+    ax1.set_xlabel("training seeds / s (median, range of repeats); grey: stock DGL")
+    ax1.set_yticks(ys, [r["setting"] for r in rows], fontsize=7)
     bars(ax2, ys, rows, "test_acc", KEY, horizontal=True, color="tab:green")
     ax2.set_xlabel("test accuracy")
     ax2.set_xlim(0, 1)
-    for ax, column, fmt in ((ax1, "samples_per_s", "{:,.0f}"), (ax2, "test_acc", "{:.3f}")):
-        for y, r in zip(ys, rows):
-            if r.get(column) is not None:
-                ax.annotate(fmt.format(r[column]), (r[column], y), xytext=(-3, 0),
-                            textcoords="offset points", ha="right", va="center", fontsize=7,
-                            color="white")
 
 
-VIEW = View("sampled", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes)
+VIEW = View("sampled", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(11.0, 6.0))
 
 
 def render(quick: bool = False) -> Path:
     """Redraw sampled.md and sampled.png from the saved sampled.json."""
     return render_saved(VIEW, quick)
-

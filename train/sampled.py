@@ -125,7 +125,7 @@ class SampledStrategy(Strategy):
                                                     batch_size=self.cfg.sampled.batch_size)
         label = self.g.ndata["label"]
         loss_sum = correct = seeds_seen = batches = 0.0
-        self.feat.remote_rows = 0
+        self.feat.remote_rows = self.feat.cache_hits = 0
         self.counter.reset()
         t0 = time.perf_counter()
         with self.ddp.join():  # trainers may have unequal batch counts
@@ -151,13 +151,16 @@ class SampledStrategy(Strategy):
         total = dist.all_sum([loss_sum, correct, seeds_seen, batches,
                               self.feat.remote_rows * self.feat.row_bytes,
                               self.counter.requests, self.counter.remote_nodes,
-                              self.counter.local_nodes])
-        sampled = total[6] + total[7]
+                              self.counter.local_nodes, self.feat.remote_rows,
+                              self.feat.cache_hits])
+        sampled, foreign = total[6] + total[7], total[8] + total[9]
         return {"loss": total[0] / max(total[2], 1.0), "train_acc": total[1] / max(total[2], 1.0),
                 "samples_per_s": total[2] / train_s, "batches": int(total[3]),
                 "remote_feature_bytes": int(total[4]), "rpc_sample_requests": int(total[5]),
                 "remote_sampled_nodes": int(total[6]),
-                "local_sample_fraction": total[7] / sampled if sampled else None}
+                "local_sample_fraction": total[7] / sampled if sampled else None,
+                # of the feature rows owned by another partition, the share the cache served
+                "cache_hit_rate": total[9] / foreign if foreign else None}
 
     def inputs(self, input_nodes: torch.Tensor, blocks: list) -> tuple[torch.Tensor, list]:
         """The batch's input features and blocks; rematerialized, the first block becomes a

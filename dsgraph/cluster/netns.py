@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 SHM_ROOT = Path("/dev/shm")
+LINK = "dsg0"  # the link's interface name inside every host (names are per namespace)
 
 
 class HostsUnavailable(RuntimeError):
@@ -38,8 +39,9 @@ def host_shm(name: str) -> Path:
 @contextlib.contextmanager
 def emulated_hosts(rate: Optional[str] = None, tag: Optional[str] = None
                    ) -> Iterator[tuple[list[str], list[str]]]:
-    """Two hosts (namespace names, their IPv4 addresses) on a veth pair; ``rate`` (a ``tc``
-    rate such as ``1gbit``) throttles both directions. Everything is removed on exit."""
+    """Two hosts (namespace names, their IPv4 addresses) on a veth pair whose ends are called
+    :data:`LINK` in both; ``rate`` (a ``tc`` rate such as ``1gbit``) throttles both directions.
+    Everything is removed on exit."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         raise HostsUnavailable("network namespaces need root and iproute2")
     if rate and shutil.which("tc") is None:
@@ -56,6 +58,10 @@ def emulated_hosts(rate: Optional[str] = None, tag: Optional[str] = None
         _run("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
         for ns, dev, ip in zip(names, veth, ips):
             _run("ip", "link", "set", dev, "netns", ns)
+            # One name on every host, so a per-host setting such as GLOO_SOCKET_IFNAME is the
+            # same everywhere, as on a uniform cluster.
+            _run("ip", "-n", ns, "link", "set", dev, "name", LINK)
+            dev = LINK
             _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
             _run("ip", "-n", ns, "link", "set", dev, "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")

@@ -19,6 +19,7 @@ class HaloCachedFeatures:
         self.pb = g.get_partition_book()
         self.partid = self.pb.partid
         self.remote_rows = 0  # rows that went over RPC (cache misses), for metrics
+        self.cache_hits = 0  # rows owned elsewhere but served from the cache
         local = g.local_partition
         if cache_halo and local is not None:
             halo = local.ndata[dgl.NID][local.ndata["inner_node"] == 0]
@@ -48,6 +49,7 @@ class HaloCachedFeatures:
         hit = self.cache_ids[pos] == rids if self.cache_ids.numel() else torch.zeros_like(rids, dtype=torch.bool)
         rpos = remote.nonzero().squeeze(1)
         out[rpos[hit]] = self.cache[pos[hit]]
+        self.cache_hits += int(hit.sum())
         miss = ~hit
         if bool(miss.any()):
             out[rpos[miss]] = self.tensor[rids[miss]]

@@ -107,6 +107,8 @@ def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
     assert summary["test_acc"] >= 0.85, summary
     assert summary["num_workers"] == 2 and summary["num_parts"] == 2
     assert all(r["remote_feature_bytes"] > 0 and len(r["peak_rss_mb_per_worker"]) == 2 for r in lines)
+    # Most foreign rows a batch reads are 1-hop neighbours, which the halo cache holds.
+    assert all(0.5 < r["cache_hit_rate"] < 1.0 for r in lines), [r["cache_hit_rate"] for r in lines]
     assert {"server0", "server1", "trainer0", "trainer1"} <= set(summary["peak_rss_mb_per_process"])
     assert (run / "checkpoint.pt").exists() and (run / "config.yaml").exists()
     assert sorted(p.name for p in (run / "logs").iterdir()) == [

@@ -63,8 +63,9 @@ def test_stock_trainer_trains_one_partition_two_trainers(tmp_path):
     assert lines[-1]["loss"] < lines[0]["loss"]
     assert summary["epochs"] == EPOCHS and summary["num_parts"] == 1 and summary["trainers"] == 2
     assert summary["samples_per_s"] > 0
-    # Chance is 1/4 = 0.25. This graph (homophily 0.85, mean degree 10) is learnable from its
-    # neighbourhoods: the layer-wise test accuracy measured after 3 epochs here was about
-    # 0.9, so 0.25 + 0.35 leaves a wide margin while still catching a broken model/inference.
+    # Chance is 1/4 = 0.25. The graph (homophily 0.85, mean degree 10) is learnable from its
+    # neighbourhoods: measured after these 3 epochs, layer-wise test/val accuracy was 0.80-0.83
+    # (train_acc rises 0.35 -> 0.82). A threshold of 0.25 + 0.35 = 0.60 leaves room for
+    # sampling noise yet fails a broken model, inference or label/feature mix-up.
     assert summary["test_acc"] > 1 / CLASSES + 0.35, summary
     assert summary["val_acc"] > 1 / CLASSES + 0.35, summary
