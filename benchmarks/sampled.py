@@ -34,7 +34,7 @@ from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
 from dsgraph.data import load_graph
-from dsgraph.metrics import read_records, read_summary, update_summary
+from dsgraph.metrics import read_records
 from dsgraph.partition import partition_graph
 from dsgraph.runs import prepare_run_dir
 from train.__main__ import launch
