@@ -5,7 +5,9 @@ local cache (``sampled.cache_halo``); the rest travels over RPC. With ``sampled.
 the first block's sources are pulled and aggregated one owning partition at a time and rebuilt
 in backward (:mod:`dsgraph.seqagg.sampled`, chunks of ``sar.chunk_rows`` rows). With
 ``sampled.local_sampling`` every frontier node whose in-edges the trainer's partition graph stores
-in full is sampled there, without RPC (:mod:`dsgraph.distgraph.local_sampler`). Evaluation is
+in full is sampled there, without RPC (:mod:`dsgraph.distgraph.local_sampler`); with
+``sampled.prefetch`` a thread samples and reads the next batches while one trains
+(:mod:`dsgraph.distgraph.prefetch`). Evaluation is
 exact layer-wise inference for models with ``forward_layer`` (``sampled.eval: layerwise``), else
 sampled; so are the per-node outputs ``python -m predict`` exports
 (:meth:`SampledStrategy.predict`).
@@ -32,6 +34,7 @@ from dsgraph.config import Config
 from dsgraph.distgraph.evaluate import accuracy, node_outputs
 from dsgraph.distgraph.features import HaloCachedFeatures
 from dsgraph.distgraph.local_sampler import LocalHaloSampler, LocalIndex, SampleCounter
+from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import layer_count
 from dsgraph.models.registry import build_model
@@ -107,6 +110,11 @@ class SampledStrategy(Strategy):
         self.sampler = dgl.dataloading.NeighborSampler(self.cfg.sampled.fanouts) if index is None \
             else LocalHaloSampler(self.cfg.sampled.fanouts, index)
         self.counter = SampleCounter(g, index)
+        # A rematerialized forward pulls rows over RPC itself: no second thread on DGL's
+        # client. Sampler processes already sample ahead.
+        s = self.cfg.sampled
+        self.ahead = Prefetcher(0 if s.rematerialize or self.cfg.cluster.samplers_per_trainer
+                                else s.prefetch)
         bs = self.cfg.sampled.batch_size
         self.steps_per_epoch = (self.split["train"].numel() + bs - 1) // bs
         return model
@@ -119,20 +127,28 @@ class SampledStrategy(Strategy):
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One pass over this trainer's training nodes in a fresh order."""
         # DGL's sampler generator cannot be checkpointed: reseed it per epoch.
-        dgl.seed(checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank))
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
         order = self.split["train"][torch.randperm(self.split["train"].numel())]
         loader = dgl.dataloading.DistNodeDataLoader(self.g, order, self.sampler,
                                                     batch_size=self.cfg.sampled.batch_size)
         label = self.g.ndata["label"]
-        loss_sum = correct = seeds_seen = batches = 0.0
-        self.feat.remote_rows = self.feat.cache_hits = 0
-        self.counter.reset()
-        t0 = time.perf_counter()
-        with self.ddp.join():  # trainers may have unequal batch counts
+
+        def batches_of_epoch():
+            dgl.seed(seed)  # DGL's generator is per thread: seed the one that samples
             for input_nodes, seeds, blocks in loader:
                 self.counter.add(blocks)
                 x, blocks = self.inputs(input_nodes, blocks)
-                y = label[seeds]
+                yield seeds, x, blocks, label[seeds]
+
+        loss_sum = correct = seeds_seen = batches = 0.0
+        self.feat.remote_rows = self.feat.cache_hits = 0
+        self.counter.reset()
+        # Every trainer starts the clock together: rank 0's checkpoint write after the last
+        # epoch is not this epoch's training time on the others (DDP would make them wait).
+        dist.barrier()
+        t0 = time.perf_counter()
+        with self.ddp.join():  # trainers may have unequal batch counts
+            for seeds, x, blocks, y in self.ahead(batches_of_epoch):
                 # The loss stays outside: its backward uses the saved log-softmax non-linearly,
                 # so quantizing it would bias every gradient.
                 with compression_context(self.cfg.compression):
@@ -197,7 +213,10 @@ class SampledStrategy(Strategy):
                 "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0}
 
     def close(self, trainer: Trainer) -> None:
-        """Say goodbye to the servers (they exit once every trainer has)."""
+        """Stop the prefetch thread; say goodbye to the servers (they exit once every trainer
+        has)."""
+        if hasattr(self, "ahead"):
+            self.ahead.close()
         dgl.distributed.exit_client()
 
     def _num_classes(self) -> int:

@@ -129,6 +129,9 @@ class SampledConfig:
                                  "and serves them locally")
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
+    prefetch: int = opt(2, "mini-batches a background thread samples and reads ahead of "
+                           "the one training (0 = none; off with `rematerialize`, whose forward "
+                           "reads rows itself, and with sampler processes)", ge=0)
     local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
                                       "in full (inner nodes, and halo nodes with `partition."
                                       "halo_hops: 2`) locally; only the rest over RPC")

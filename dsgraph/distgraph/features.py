@@ -20,6 +20,13 @@ class HaloCachedFeatures:
         self.partid = self.pb.partid
         self.remote_rows = 0  # rows that went over RPC (cache misses), for metrics
         self.cache_hits = 0  # rows owned elsewhere but served from the cache
+        # This machine's partition of the tensor (shared memory): its rows are gathered here
+        # directly instead of through the key-value store's pull (request objects per call).
+        self.policy = self.tensor.part_policy
+        try:
+            self.own_rows = self.tensor.local_partition
+        except (KeyError, AttributeError):  # no server of this partition on this machine
+            self.own_rows = None
         local = g.local_partition
         if cache_halo and local is not None:
             halo = local.ndata[dgl.NID][local.ndata["inner_node"] == 0]
@@ -34,24 +41,35 @@ class HaloCachedFeatures:
         """Bytes of one feature row."""
         return int(self.tensor.shape[1]) * torch.empty((), dtype=self.tensor.dtype).element_size()
 
+    def _own(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of ids this machine's partition owns."""
+        if self.own_rows is None:
+            return self.tensor[ids]
+        return self.own_rows.index_select(0, self.policy.to_local(ids))
+
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (global node ids), exactly what ``g.ndata[name][ids]`` returns."""
         remote = self.pb.nid2partid(ids) != self.partid
-        if self.cache is None or not bool(remote.any()):
+        if not bool(remote.any()):
+            return self._own(ids)
+        if self.cache is None:
             self.remote_rows += int(remote.sum())
             return self.tensor[ids]
         out = torch.empty((ids.numel(), self.tensor.shape[1]), dtype=self.tensor.dtype)
-        local = ~remote
-        if bool(local.any()):
-            out[local] = self.tensor[ids[local]]
-        rids = ids[remote]
+        lpos = (~remote).nonzero().squeeze(1)
+        if lpos.numel():
+            out.index_copy_(0, lpos, self._own(ids.index_select(0, lpos)))
+        rpos = remote.nonzero().squeeze(1)
+        rids = ids.index_select(0, rpos)
         pos = torch.searchsorted(self.cache_ids, rids).clamp_(max=max(self.cache_ids.numel() - 1, 0))
         hit = self.cache_ids[pos] == rids if self.cache_ids.numel() else torch.zeros_like(rids, dtype=torch.bool)
-        rpos = remote.nonzero().squeeze(1)
-        out[rpos[hit]] = self.cache[pos[hit]]
-        self.cache_hits += int(hit.sum())
-        miss = ~hit
-        if bool(miss.any()):
-            out[rpos[miss]] = self.tensor[rids[miss]]
+        n_hit = int(hit.sum())
+        if n_hit == rids.numel():  # the common case with the halo cached: no miss to sort out
+            out.index_copy_(0, rpos, self.cache.index_select(0, pos))
+        else:
+            out.index_copy_(0, rpos[hit], self.cache.index_select(0, pos[hit]))
+            miss = ~hit
+            out.index_copy_(0, rpos[miss], self.tensor[rids[miss]])
             self.remote_rows += int(miss.sum())
+        self.cache_hits += n_hit
         return out

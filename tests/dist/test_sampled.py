@@ -117,7 +117,8 @@ def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_resume_reproduces_uninterrupted_run(tmp_path):
-    # One partition: all sampling happens in the trainer, so the run is bit-reproducible.
+    # One partition: all sampling happens in the trainer (on its prefetch thread, the
+    # default), so the run is bit-reproducible.
     _partition(tmp_path, "partition.num_parts=1")
     full = _train(tmp_path, "full", "train.epochs=3", "partition.num_parts=1")
     part = _train(tmp_path, "part", "train.epochs=2", "partition.num_parts=1")
