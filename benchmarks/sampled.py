@@ -19,6 +19,7 @@ median over epochs 2.. of a run, then median over repeats (with the spread of th
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -153,10 +154,8 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
             "peak_rss_mb": summary["peak_rss_mb"], "load1": load1}
 
 
-def _measure(setting: Setting, base: list[str], tmp: Path, repeats: int,
-             host_sets: list[str], index: int) -> dict:
-    """Median (and spread) over ``repeats`` fresh jobs of one setting."""
-    runs = [_run(setting, base, tmp, f"run{index}-{r}", host_sets) for r in range(repeats)]
+def _row(setting: Setting, runs: list[dict]) -> dict:
+    """One table row: the medians over a setting's runs, with the spread of the throughput."""
     row = {"setting": setting.name, "system": setting.system, "hosts": setting.hosts,
            "parts": setting.parts, "trainers": setting.trainers, "link": setting.link}
     for key in runs[0]:
@@ -168,12 +167,19 @@ def _measure(setting: Setting, base: list[str], tmp: Path, repeats: int,
 
 
 def run(quick: bool) -> Path:
-    """Run every setting ``repeats`` times, one job at a time, and write the report."""
+    """Run every setting ``repeats`` times and write the report.
+
+    Jobs run one at a time, repeats round-robin over the settings (every setting's first run,
+    then every setting's second, ...), so a slow drift of the machine's speed, which on this
+    host moved one setting's throughput by 40% between runs an hour apart, reaches every row
+    alike instead of favouring the rows measured in a fast spell.
+    """
     repeats = 1 if quick else 3
     epochs = 2 if quick else 5
     nodes = 10_000 if quick else 100_000
     report = Report(VIEW, quick, repeats=repeats)
-    with tempfile.TemporaryDirectory(prefix="dsgraph-bench-") as tmpd:
+    with tempfile.TemporaryDirectory(prefix="dsgraph-bench-") as tmpd, \
+            contextlib.ExitStack() as stack:
         tmp = Path(tmpd)
         # Half the nodes train, so an epoch is ~25 batches per trainer, not loader start-up.
         # Both systems evaluate once, after the last epoch, as DGL's example does.
@@ -181,29 +187,30 @@ def run(quick: bool) -> Path:
                 "dataset.train_frac=0.5", "dataset.val_frac=0.1", "dataset.test_frac=0.2",
                 f"train.epochs={epochs}", "train.eval_every=0", "train.timeout_s=900"]
         _partitions(base, tmp)
-        rows: dict[str, dict] = {}
+        hosts: dict[str, tuple[list[str], list[str]]] = {}
         skipped: dict[str, str] = {}
-        port = 30050
-        for link in ("local", "veth", "veth_throttled"):
-            settings = [s for s in _settings() if s.link == link]
-            if link == "local":
-                for s in settings:
-                    rows[s.name] = _measure(s, base, tmp, repeats, [], len(rows))
-                    report.add(rows[s.name])
-                continue
+        for link, rate in (("veth", None), ("veth_throttled", THROTTLE)):
             try:
-                with emulated_hosts(rate=THROTTLE if link == "veth_throttled" else None) as hosts:
-                    for s in settings:
-                        port += 1  # a fresh server port per setting: no TIME_WAIT clash
-                        rows[s.name] = _measure(s, base, tmp, repeats,
-                                                _hosts_sets(tmp, hosts, port), len(rows))
-                        report.add(rows[s.name])
+                hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
             except HostsUnavailable as exc:
                 skipped[link] = str(exc)
+        settings = [s for s in _settings() if s.link == "local" or s.link in hosts]
+        runs: dict[str, list[dict]] = {s.name: [] for s in settings}
+        port = 30050
+        for r in range(repeats):
+            for i, s in enumerate(settings):
+                host_sets: list[str] = []
+                if s.link in hosts:
+                    port += 1  # a fresh server port per job: no TIME_WAIT clash
+                    host_sets = _hosts_sets(tmp, hosts[s.link], port)
+                runs[s.name].append(_run(s, base, tmp, f"run{i}-{r}", host_sets))
+                print(f"  [{r + 1}/{repeats}] {s.name}: "
+                      f"{runs[s.name][-1]['samples_per_s']:,.0f} seeds/s", flush=True)
+    rows = {s.name: _row(s, runs[s.name]) for s in settings}
     for row in rows.values():
         ref = _stock_row(rows, row["link"])
         row["ratio_vs_stock"] = row["samples_per_s"] / ref["samples_per_s"] if ref else None
-    report.records = list(rows.values())
+        report.add(row)
     report.extra["skipped"] = skipped
     return report.save()
 
