@@ -13,6 +13,15 @@ def _prefetch_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("dsgraph-prefetch")]
 
 
+def _counting(n: int, made: list[int]):
+    """A producer of 0..n-1 that records each item as it is made."""
+    def produce():
+        for i in range(n):
+            made.append(i)
+            yield i
+    return produce
+
+
 @pytest.mark.parametrize("depth", [0, 1, 3])
 def test_items_arrive_in_order_from_one_thread_for_every_epoch(depth):
     made_in: set[str] = set()
@@ -34,14 +43,8 @@ def test_items_arrive_in_order_from_one_thread_for_every_epoch(depth):
 
 def test_producer_runs_ahead_by_at_most_depth():
     made: list[int] = []
-
-    def produce():
-        for i in range(10):
-            made.append(i)
-            yield i
-
     ahead = Prefetcher(2)
-    it = ahead(produce)
+    it = ahead(_counting(10, made))
     assert next(it) == 0
     time.sleep(0.3)  # let the thread fill the queue
     # item 0 taken, items 1 and 2 queued, item 3 made and waiting for a free slot
@@ -65,14 +68,8 @@ def test_producer_error_is_raised_in_the_consumer_after_earlier_items():
 
 def test_consumer_leaving_early_stops_the_producer():
     made: list[int] = []
-
-    def produce():
-        for i in range(10_000):
-            made.append(i)
-            yield i
-
     ahead = Prefetcher(2)
-    it = ahead(produce)
+    it = ahead(_counting(10_000, made))
     assert next(it) == 0
     it.close()  # what a `for` loop left by an exception does
     n = len(made)
