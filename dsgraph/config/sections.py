@@ -116,7 +116,7 @@ class TrainConfig:
 
 @dataclass
 class SampledConfig:
-    """``train.mode: sampled``: mini-batches drawn by DGL's DistNodeDataLoader."""
+    """``train.mode: sampled``: mini-batches drawn by DGL's neighbour sampler over DistGraph."""
 
     batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1)
     fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
@@ -127,11 +127,19 @@ class SampledConfig:
     eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1)
     cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
                                  "and serves them locally")
+    remote_cache_mb: float = opt(256.0, "MiB per trainer for feature rows beyond the halo owned "
+                                        "by other partitions, pulled once at start: the nodes "
+                                        "with the most out-edges first (0 = halo only)", ge=0)
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
-    prefetch: int = opt(2, "mini-batches a background thread samples and reads ahead of "
-                           "the one training (0 = none; off with `rematerialize`, whose forward "
-                           "reads rows itself, and with sampler processes)", ge=0)
+    prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
+                           "the one training (0 = none: with the remote cache little RPC is left "
+                           "to hide; off with `rematerialize`, whose forward reads rows itself, "
+                           "and with sampler processes)", ge=0)
+    seed_split: Literal["even", "owned"] = opt(
+        "even", "training seeds per trainer: `even` (DGL's `node_split`: equal counts, topped "
+                "up with nodes of other partitions) or `owned` (the trainer's partition's own "
+                "nodes only, so their neighbourhoods stay local; counts may differ)")
     local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
                                       "in full (inner nodes, and halo nodes with `partition."
                                       "halo_hops: 2`) locally; only the rest over RPC")

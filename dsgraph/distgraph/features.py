@@ -1,20 +1,29 @@
-"""Feature reads for sampled training with the partition's halo rows cached in the trainer.
+"""Feature reads for sampled training, with rows owned by other partitions cached in the trainer.
 
 A trainer's mini-batch inputs are mostly its own partition's nodes (served from shared memory)
 and the partition's halo, the neighbours owned elsewhere. Features are read-only during training,
-so the halo rows are pulled once, in bulk, and every later read of them is a local lookup; only
-rows beyond the halo still travel over RPC.
+so remote rows can be pulled once, in bulk, and served locally ever after: the halo's rows
+(``sampled.cache_halo``) and, within a memory budget (``sampled.remote_cache_mb``), the other
+partitions' nodes with the most out-edges, the ones a neighbour sampler draws most often. Only
+rows outside the cache travel over RPC during training.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import dgl
 import torch
 
+# Remote nodes whose out-degree one RPC asks for (bounds the transient id and degree tensors).
+_DEGREE_CHUNK = 1 << 20
 
-class HaloCachedFeatures:
-    """Read rows of a DistGraph node-feature tensor, serving halo rows from a local copy."""
 
-    def __init__(self, g, name: str = "feat", cache_halo: bool = True) -> None:
+class CachedFeatures:
+    """Read rows of a DistGraph node tensor; rows owned elsewhere come from a local cache when
+    it holds them (the halo's, then the most-connected remote nodes' within ``budget_mb``)."""
+
+    def __init__(self, g, name: str = "feat", cache_halo: bool = True,
+                 budget_mb: float = 0.0) -> None:
         self.tensor = g.ndata[name]
         self.pb = g.get_partition_book()
         self.partid = self.pb.partid
@@ -28,18 +37,54 @@ class HaloCachedFeatures:
         except (KeyError, AttributeError):  # no server of this partition on this machine
             self.own_rows = None
         local = g.local_partition
+        halo = torch.empty(0, dtype=torch.int64)
         if cache_halo and local is not None:
-            halo = local.ndata[dgl.NID][local.ndata["inner_node"] == 0]
-            self.cache_ids, _ = torch.sort(halo)
-            self.cache = self.tensor[self.cache_ids]
-        else:
-            self.cache_ids = torch.empty(0, dtype=torch.int64)
-            self.cache = None
+            halo, _ = torch.sort(local.ndata[dgl.NID][local.ndata["inner_node"] == 0])
+        extra = self._most_connected(g, halo, int(budget_mb * 2**20) // self.row_bytes)
+        self.cache_ids, _ = torch.sort(torch.cat([halo, extra]))
+        self.cache = self.tensor[self.cache_ids] if self.cache_ids.numel() else None
 
     @property
     def row_bytes(self) -> int:
-        """Bytes of one feature row."""
-        return int(self.tensor.shape[1]) * torch.empty((), dtype=self.tensor.dtype).element_size()
+        """Bytes of one row."""
+        width = int(self.tensor.shape[1]) if len(self.tensor.shape) > 1 else 1
+        return width * torch.empty((), dtype=self.tensor.dtype).element_size()
+
+    @property
+    def cached_rows(self) -> int:
+        """Rows owned by other partitions that this reader serves locally."""
+        return int(self.cache_ids.numel())
+
+    def _most_connected(self, g, halo: torch.Tensor, rows: int) -> torch.Tensor:
+        """Up to ``rows`` node ids owned by other partitions and not in ``halo``, highest global
+        out-degree first (every one of them when all fit: no degree is asked for then)."""
+        if rows <= 0:
+            return torch.empty(0, dtype=torch.int64)
+        best_ids = torch.empty(0, dtype=torch.int64)
+        best_deg = torch.empty(0, dtype=torch.int64)
+        chunks = [self._remote_ids(p) for p in range(self.pb.num_partitions())
+                  if p != self.partid]
+        total = sum(int(c.numel()) for c in chunks)
+        every = total - int(halo.numel()) <= rows
+        for ids in chunks:
+            for start in range(0, ids.numel(), _DEGREE_CHUNK):
+                part = ids[start:start + _DEGREE_CHUNK]
+                if halo.numel():
+                    pos = torch.searchsorted(halo, part).clamp_(max=halo.numel() - 1)
+                    part = part[halo[pos] != part]
+                if every:
+                    best_ids = torch.cat([best_ids, part])
+                    continue
+                deg = g.out_degrees(part).to(torch.int64)
+                best_ids, best_deg = torch.cat([best_ids, part]), torch.cat([best_deg, deg])
+                if best_ids.numel() > rows:
+                    keep = torch.topk(best_deg, rows, sorted=False).indices
+                    best_ids, best_deg = best_ids[keep], best_deg[keep]
+        return best_ids
+
+    def _remote_ids(self, partid: int) -> torch.Tensor:
+        """Global ids of the nodes partition ``partid`` owns."""
+        return self.pb.partid2nids(partid).to(torch.int64)
 
     def _own(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows of ids this machine's partition owns."""
@@ -47,29 +92,36 @@ class HaloCachedFeatures:
             return self.tensor[ids]
         return self.own_rows.index_select(0, self.policy.to_local(ids))
 
+    def _cached(self, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Positions in the cache of ``ids`` and a mask of those it holds (None: all)."""
+        n = self.cache_ids.numel()
+        if not n:
+            return torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+        pos = torch.searchsorted(self.cache_ids, ids).clamp_(max=n - 1)
+        hit = self.cache_ids[pos] == ids
+        return pos, None if bool(hit.all()) else hit
+
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (global node ids), exactly what ``g.ndata[name][ids]`` returns."""
         remote = self.pb.nid2partid(ids) != self.partid
         if not bool(remote.any()):
             return self._own(ids)
-        if self.cache is None:
-            self.remote_rows += int(remote.sum())
-            return self.tensor[ids]
-        out = torch.empty((ids.numel(), self.tensor.shape[1]), dtype=self.tensor.dtype)
+        out = torch.empty((ids.numel(), *self.tensor.shape[1:]), dtype=self.tensor.dtype)
         lpos = (~remote).nonzero().squeeze(1)
         if lpos.numel():
             out.index_copy_(0, lpos, self._own(ids.index_select(0, lpos)))
         rpos = remote.nonzero().squeeze(1)
         rids = ids.index_select(0, rpos)
-        pos = torch.searchsorted(self.cache_ids, rids).clamp_(max=max(self.cache_ids.numel() - 1, 0))
-        hit = self.cache_ids[pos] == rids if self.cache_ids.numel() else torch.zeros_like(rids, dtype=torch.bool)
-        n_hit = int(hit.sum())
-        if n_hit == rids.numel():  # the common case with the halo cached: no miss to sort out
+        pos, hit = self._cached(rids)
+        if hit is None:  # the common case: every remote row cached, no miss to sort out
             out.index_copy_(0, rpos, self.cache.index_select(0, pos))
-        else:
+            self.cache_hits += int(rids.numel())
+            return out
+        if bool(hit.any()):
             out.index_copy_(0, rpos[hit], self.cache.index_select(0, pos[hit]))
-            miss = ~hit
-            out.index_copy_(0, rpos[miss], self.tensor[rids[miss]])
-            self.remote_rows += int(miss.sum())
+        miss = ~hit
+        out.index_copy_(0, rpos[miss], self.tensor[rids[miss]])
+        n_hit = int(hit.sum())
         self.cache_hits += n_hit
+        self.remote_rows += int(rids.numel()) - n_hit
         return out

@@ -32,6 +32,7 @@ class LocalIndex:
     halo_ids: torch.Tensor
     halo_lids: torch.Tensor
     halo_nodes: int  # every halo node the partition stores, complete or not (for the report)
+    complete: Optional[torch.Tensor] = None  # by local id: the node's in-edges are all stored
 
     @classmethod
     def build(cls, g) -> Optional["LocalIndex"]:
@@ -46,8 +47,10 @@ class LocalIndex:
         full = g.in_degrees(halo_ids) if halo_ids.numel() else stored
         keep = stored == full
         ids, order = torch.sort(halo_ids[keep])
+        complete = lg.ndata["inner_node"] != 0
+        complete[halo_lids[keep].long()] = True
         return cls(int(g.get_partition_book().partid), ids, halo_lids[keep][order],
-                   int(halo_ids.numel()))
+                   int(halo_ids.numel()), complete)
 
     def split(self, pb, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For global ids ``nodes``: a mask of those sampled locally and their local ids."""
@@ -96,25 +99,60 @@ def local_frontier(g, index: LocalIndex, nodes: torch.Tensor, fanout: int) -> dg
 
 
 class LocalHaloSampler(NeighborSampler):
-    """DGL's ``NeighborSampler`` (uniform, without replacement) whose per-layer frontiers come
-    from :func:`local_frontier`; blocks are built exactly as DGL's non-fused path builds them."""
+    """DGL's ``NeighborSampler`` (uniform, without replacement) that samples from the trainer's
+    partition graph wherever it can.
+
+    While every node of a layer's frontier is one the partition stores completely, the layer is
+    sampled and made a block in one step in the partition's own id space (DGL's fused in-process
+    kernel, the one ``NeighborSampler`` uses on a local graph), then relabelled to global ids.
+    From the first layer whose frontier is not, the rest of the batch comes from
+    :func:`local_frontier` (local where possible, RPC for the rest) and ``dgl.to_block``, as
+    DGL's non-fused path builds blocks. The switch depends only on the frontier already drawn,
+    never on a redraw, so every layer's draw keeps DGL's distribution.
+    """
 
     def __init__(self, fanouts: list[int], index: LocalIndex) -> None:
         super().__init__(fanouts)
         self.index = index
+        self._structure = None  # the partition graph without its data frames
+        self._mapping: dict = {}  # the fused kernel's id map, allocated once and reused
 
     def sample_blocks(self, g, seed_nodes, exclude_eids=None):
         """Input nodes, output nodes and one block per fanout (input layer first)."""
         if exclude_eids is not None:
             raise ValueError("LocalHaloSampler does not exclude edges")
         output_nodes, blocks = seed_nodes, []
+        local, lids = self.index.split(g.get_partition_book(), seed_nodes)
+        in_partition = self.index.complete is not None and bool(local.all())
         for fanout in reversed(self.fanouts):
-            frontier = local_frontier(g, self.index, seed_nodes, fanout)
-            block = dgl.to_block(frontier, seed_nodes)
-            block.edata[dgl.EID] = frontier.edata[dgl.EID]
+            if in_partition and bool(self.index.complete[lids].all()):
+                block = self._fused_block(g.local_partition, lids, fanout)
+                lids = block.srcdata.pop("lid")
+            else:
+                in_partition = False
+                frontier = local_frontier(g, self.index, seed_nodes, fanout)
+                block = dgl.to_block(frontier, seed_nodes)
+                block.edata[dgl.EID] = frontier.edata[dgl.EID]
             seed_nodes = block.srcdata[dgl.NID]
             blocks.insert(0, block)
         return seed_nodes, output_nodes, blocks
+
+    def _fused_block(self, lg, lids: torch.Tensor, fanout: int) -> dgl.DGLGraph:
+        """The block of ``lids``' sampled in-edges (local ids of completely stored nodes),
+        relabelled to global node and edge ids; its sources' local ids in ``srcdata["lid"]``."""
+        if self._structure is None:
+            # The same shared graph index, without the frames: the fused kernel would copy
+            # every node and edge column into each block.
+            self._structure = dgl.DGLGraph(lg._graph, lg.ntypes, lg.etypes)
+        block = dgl.sampling.sample_neighbors_fused(self._structure, lids.to(lg.idtype), fanout,
+                                                    mapping=self._mapping)
+        nid = lg.ndata[dgl.NID]
+        src = block.srcdata[dgl.NID]
+        block.srcdata["lid"] = src
+        block.srcdata[dgl.NID] = nid[src]
+        block.dstdata[dgl.NID] = nid[block.dstdata[dgl.NID]]
+        block.edata[dgl.EID] = lg.edata[dgl.EID][block.edata[dgl.EID]]
+        return block
 
 
 class SampleCounter:

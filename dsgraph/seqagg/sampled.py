@@ -54,7 +54,7 @@ class RowSource(Protocol):
 
 
 class FeatureRows:
-    """Stored features: ``reader[ids]`` (a DistTensor, ``HaloCachedFeatures`` or a tensor),
+    """Stored features: ``reader[ids]`` (a DistTensor, ``CachedFeatures`` or a tensor),
     optionally cast to ``dtype``."""
 
     def __init__(self, reader: Any, dtype: Optional[torch.dtype] = None) -> None:

@@ -31,15 +31,35 @@ def main(run_dir: Path) -> None:
     feat = g.ndata["feat"][ids]
     orig = g.ndata["orig_id"][ids]
     bad = (feat != original[orig]).any(1)
-    from dsgraph.distgraph.features import HaloCachedFeatures
+    from dsgraph.distgraph.features import CachedFeatures
     perm = ids[torch.randperm(ids.numel())]  # any order, local/halo/remote rows mixed
-    cached = HaloCachedFeatures(g, "feat")[perm]
     remote = pb.nid2partid(ids) != pb.partid
+    halo_only = CachedFeatures(g, "feat")
+    cached = halo_only[perm]
+    # A budget for a third of the remote rows beyond the halo: those of highest out-degree.
+    beyond = remote.clone()
+    beyond[halo_only.cache_ids] = False
+    third = int(beyond.sum()) // 3
+    budgeted = CachedFeatures(g, "feat", budget_mb=third * halo_only.row_bytes / 2**20)
+    in_budget = torch.zeros_like(remote)
+    in_budget[budgeted.cache_ids] = True
+    chosen, passed = in_budget & beyond, beyond & ~in_budget
+    degree = g.out_degrees(ids)
+    everything = CachedFeatures(g, "feat", budget_mb=1024.0)
     (run_dir / f"pull{rank}.json").write_text(json.dumps({
         "rows": int(ids.numel()), "mismatched": int(bad.sum()),
         "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
         "partid": int(pb.partid), "machine_id": int(dgl.distributed.rpc.get_machine_id()),
-        "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum())}))
+        "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum()),
+        "halo_cached": halo_only.cached_rows, "halo_hits": halo_only.cache_hits,
+        "beyond_halo": int(beyond.sum()), "budget_rows": third, "chosen": int(chosen.sum()),
+        "chosen_min_degree": int(degree[chosen].min()) if chosen.any() else None,
+        "passed_max_degree": int(degree[passed].max()) if passed.any() else None,
+        "budgeted_mismatched": int((budgeted[perm] != original[orig[perm]]).any(1).sum()),
+        "budgeted_misses": budgeted.remote_rows,
+        "everything_cached": everything.cached_rows,
+        "everything_mismatched": int((everything[perm] != original[orig[perm]]).any(1).sum()),
+        "everything_misses": everything.remote_rows}))
     dist.barrier()
     dgl.distributed.exit_client()  # tell the servers; the process then leaves via os._exit
 

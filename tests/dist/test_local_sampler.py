@@ -97,6 +97,21 @@ def main(run_dir: Path) -> None:
     two_hop_requests = sum(sent)
     graph_services.send_requests_to_machine = original_send
     block_check = _check(g, _block_edges(blocks), FANOUT, edges, n)
+    # Complete halo seeds: the first layer is sampled in the partition's id space, the next
+    # frontier reaches 2-hop nodes the partition lacks edges of, so the batch switches path.
+    halo_seeds = index.halo_ids[:100]
+    fused_layers = []
+    fused_block = sampler._fused_block
+    sampler._fused_block = lambda *a: fused_layers.append(1) or fused_block(*a)
+    input_nodes, out, switched = sampler.sample_blocks(g, halo_seeds)
+    sampler._fused_block = fused_block
+    blocks_ok &= bool(torch.equal(out, halo_seeds)
+                      and torch.equal(switched[-1].dstdata[dgl.NID], halo_seeds)
+                      and torch.equal(switched[0].dstdata[dgl.NID], switched[1].srcdata[dgl.NID])
+                      and torch.equal(switched[0].srcdata[dgl.NID], input_nodes))
+    switch_check = _check(g, _block_edges(switched), FANOUT, edges, n)
+    in_partition, _ = index.split(pb, switched[-1].srcdata[dgl.NID])
+    switch = {"fused_layers": len(fused_layers), "frontier_outside": int((~in_partition).sum())}
 
     # Nodes the partition stores without all in-edges (2-hop halo): one request per owner.
     halo = lg.ndata[dgl.NID][lg.ndata["inner_node"] == 0]
@@ -113,16 +128,29 @@ def main(run_dir: Path) -> None:
     mixed_check = _check(g, [(mixed, *fr.edges(), fr.edata[dgl.EID])], FANOUT, edges, n)
 
     # Reachability and frequencies: the highest-degree owned and complete halo nodes that
-    # 400 draws can cover (each in-neighbour expected ~100 times).
+    # 400 draws can cover (each in-neighbour expected ~100 times), through the frontier
+    # function and through the sampler's fused in-partition path.
     reach = {}
     orig = g.ndata["orig_id"][torch.arange(g.num_nodes())]
-    for kind, cand in (("owned", owned), ("halo", index.halo_ids)):
+    one_layer = LocalHaloSampler([REACH_FANOUT], index)
+
+    def frontier_sources(v):
+        return local_frontier(g, index, v.view(1), REACH_FANOUT).edges()[0]
+
+    def fused_sources(v):
+        block = one_layer.sample_blocks(g, v.view(1))[2][0]
+        return block.srcdata[dgl.NID][block.edges()[0]]
+
+    for kind, cand, draw in (("owned", owned, frontier_sources),
+                             ("halo", index.halo_ids, frontier_sources),
+                             ("owned_fused", owned, fused_sources),
+                             ("halo_fused", index.halo_ids, fused_sources)):
         deg = g.in_degrees(cand)
         deg = torch.where(deg <= REACH_MAX_DEGREE, deg, 0)
         v = cand[int(torch.argmax(deg))]
         drawn = torch.zeros(g.num_nodes(), dtype=torch.int64)  # times each node was drawn
         for _ in range(DRAWS):
-            s, _ = local_frontier(g, index, v.view(1), REACH_FANOUT).edges()
+            s = draw(v)
             drawn.index_add_(0, s, torch.ones_like(s))
         true_in = src[dst == orig[v]]  # the original graph has no parallel edges
         seen = torch.nonzero(drawn).squeeze(1)
@@ -142,6 +170,7 @@ def main(run_dir: Path) -> None:
         "incomplete": int(incomplete.numel()), "one_hop_incomplete": one_hop_incomplete,
         "incomplete_requests": incomplete_requests,
         "blocks_ok": blocks_ok, "block_check": block_check, "mixed_check": mixed_check,
+        "switch_check": switch_check, "switch": switch,
         "reach": reach, "counter": stats}))
     dist.barrier()
     dgl.distributed.exit_client()
@@ -176,6 +205,10 @@ def test_local_sampler_draws_dgl_neighbourhoods_without_rpc_inside_the_halo(tmp_
         # Per-node fanout, only true edges, no edge twice: in the blocks and in a mixed frontier.
         assert r["block_check"] == {"bad_count": 0, "bad_edge": 0, "dup": 0}, r
         assert r["mixed_check"] == {"bad_count": 0, "bad_edge": 0, "dup": 0}, r
+        # A batch of complete halo seeds: its first layer from the partition's id space, the
+        # next (whose frontier leaves what the partition stores in full) over the general path.
+        assert r["switch_check"] == {"bad_count": 0, "bad_edge": 0, "dup": 0}, r
+        assert r["switch"]["fused_layers"] == 1 and r["switch"]["frontier_outside"] > 0, r
         # Owned seeds' 2-hop samples stay in the partition: no RPC at all.
         assert r["two_hop_requests"] == 0 and r["counter"]["requests"] == 0, r
         assert r["counter"]["remote"] == 0 and r["counter"]["local"] > 0, r
@@ -205,7 +238,8 @@ def test_training_with_local_sampling_matches_default_accuracy(tmp_path):
     _partition(tmp_path, HALO2, size=TRAIN_SIZE)
     runs = {name: _train(tmp_path, name, "train.epochs=4", "train.eval_every=0", HALO2, *sets,
                          size=TRAIN_SIZE)
-            for name, sets in (("default", ()), ("local", ("sampled.local_sampling=true",)))}
+            for name, sets in (("default", ()), ("local", ("sampled.local_sampling=true",
+                                                             "sampled.seed_split=owned")))}
     summary = {k: json.loads((r / "metrics.json").read_text()) for k, r in runs.items()}
     lines = {k: [json.loads(ln) for ln in (r / "metrics.jsonl").read_text().splitlines()]
              for k, r in runs.items()}
@@ -213,8 +247,7 @@ def test_training_with_local_sampling_matches_default_accuracy(tmp_path):
     assert summary["local"]["test_acc"] >= summary["default"]["test_acc"] - 0.03, summary
     assert summary["local"]["test_acc"] > 0.3, summary  # it did learn (40 classes)
     for local, default in zip(lines["local"], lines["default"]):
-        # DGL sends every halo node of the second hop to its owner; the local sampler only the
-        # neighbourhoods of the few seeds node_split(force_even) hands over from the other part.
+        # DGL sends every halo node of the second hop to its owner; with its own seeds only,
+        # the local sampler samples every layer in the partition, without a request.
         assert default["rpc_sample_requests"] > 0 and default["local_sample_fraction"] < 0.95
-        assert local["local_sample_fraction"] > 0.98, local
-        assert local["remote_sampled_nodes"] * 5 < default["remote_sampled_nodes"], (local, default)
+        assert local["local_sample_fraction"] == 1.0 and local["rpc_sample_requests"] == 0, local

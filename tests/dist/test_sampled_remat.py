@@ -194,14 +194,14 @@ def _trainer(run_dir: Path) -> None:
     import torch.distributed as dist
 
     from dsgraph.cluster.worker import init_process_group
-    from dsgraph.distgraph.features import HaloCachedFeatures
+    from dsgraph.distgraph.features import CachedFeatures
     from dsgraph.models.registry import build_model
 
     dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
     rank, _ = init_process_group(120)
     g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
     pb = g.get_partition_book()
-    feat = HaloCachedFeatures(g, "feat")
+    feat = CachedFeatures(g, "feat")
     dgl.seed(rank)
     seeds = dgl.distributed.node_split(g.ndata["train_mask"], pb, force_even=True)[:64]
     sampler = dgl.dataloading.NeighborSampler([8, 5])
