@@ -431,6 +431,35 @@ def test_rebalance_caps_parts_with_fewest_moves(graph):
     assert np.array_equal(rebalance(adj, base, 4, 100.0), base)  # already fits: unchanged
 
 
+def test_training_nodes_balanced_tighter_than_metis_leaves_them(graph):
+    """With a training mask, every part holds at most TRAIN_BALANCE x the mean training nodes
+    (METIS alone leaves up to 1.3x here), the node count stays within 1.05x and the cut within
+    5% of capping the node count alone."""
+    from dsgraph.partition.assign import (TRAIN_BALANCE, balance_weights, metis_assignment,
+                                          symmetric_csr)
+
+    src, dst = (t.numpy() for t in graph.edges())
+    n = graph.num_nodes()
+    adj = symmetric_csr(src, dst, n)
+    train = graph.ndata["train_mask"].numpy().astype(bool)
+    weights = balance_weights(adj, train, True, True)
+    cut = lambda a: int((a[src] != a[dst]).sum())  # noqa: E731
+    worst_metis = 0.0
+    for parts in (2, 3, 4):
+        raw = metis_assignment(adj, parts, weights, seed=0, max_balance=100.0)
+        trains = np.bincount(raw[train], minlength=parts)
+        worst_metis = max(worst_metis, trains.max() / trains.mean())
+        nodes_only = metis_assignment(adj, parts, weights, seed=0)
+        fixed = metis_assignment(adj, parts, weights, seed=0, train_mask=train)
+        trains = np.bincount(fixed[train], minlength=parts)
+        assert trains.max() <= max(-(-train.sum() // parts),
+                                   np.floor(TRAIN_BALANCE * train.sum() / parts))
+        counts = np.bincount(fixed, minlength=parts)
+        assert counts.max() <= 1.05 * n / parts + 1
+        assert cut(fixed) <= 1.05 * cut(nodes_only)
+    assert worst_metis > TRAIN_BALANCE  # the cap had something to do
+
+
 def test_files_match_stock_dgl_layout(graph, partitioned, tmp_path):
     """Same JSON keys, part-graph data names and dtypes as dgl.distributed.partition_graph."""
     stock_dir = tmp_path / "stock"

@@ -34,7 +34,7 @@ from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.distgraph.evaluate import accuracy, node_outputs
 from dsgraph.distgraph.features import CachedFeatures
-from dsgraph.distgraph.local_sampler import LocalHaloSampler, LocalIndex, SampleCounter
+from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import layer_count
@@ -106,7 +106,8 @@ class SampledStrategy(Strategy):
         model = trainer.build_model(g.ndata["feat"].shape[1], num_classes)
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         s = self.cfg.sampled
-        self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb)
+        self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
+                                   s.copy_own_features)
         self.label = CachedFeatures(g, "label", cache_halo=False)  # seeds are mostly owned
         if self.cfg.sampled.rematerialize:
             remat.install(model)
@@ -136,8 +137,9 @@ class SampledStrategy(Strategy):
         def batches_of_epoch():
             dgl.seed(seed)  # DGL's generator is per thread: seed the one that samples
             for input_nodes, seeds, blocks in self.sample(order):
-                self.counter.add(blocks)
-                x, blocks = self.inputs(input_nodes, blocks)
+                lids = blocks[0].srcdata.pop(LOCAL_ID, None)  # sampled wholly in the partition
+                self.counter.add(blocks, all_local=lids is not None)
+                x, blocks = self.inputs(input_nodes, lids, blocks)
                 yield seeds, x, blocks, self.label[seeds]
 
         loss_sum = correct = seeds_seen = batches = 0.0
@@ -193,11 +195,13 @@ class SampledStrategy(Strategy):
         for start in range(0, order.numel(), bs):
             yield self.sampler.sample_blocks(self.g, order[start:start + bs])
 
-    def inputs(self, input_nodes: torch.Tensor, blocks: list) -> tuple[torch.Tensor, list]:
-        """The batch's input features and blocks; rematerialized, the first block becomes a
-        RematBlock and the features a placeholder (rows are pulled group by group)."""
+    def inputs(self, input_nodes: torch.Tensor, lids: Optional[torch.Tensor],
+               blocks: list) -> tuple[torch.Tensor, list]:
+        """The batch's input features (``lids``: the input nodes' local ids, when known) and
+        blocks; rematerialized, the first block becomes a RematBlock and the features a
+        placeholder (rows are pulled group by group)."""
         if not self.cfg.sampled.rematerialize:
-            return self.feat[input_nodes], blocks
+            return self.feat.by_local_id(input_nodes, lids), blocks
         rb = remat.RematBlock(blocks[0], remat.FeatureRows(self.feat), self.pb.nid2partid,
                               self.pb.partid, self.cfg.sar.chunk_rows, self.cfg.compression)
         return rb.placeholder(self.feat.tensor.shape[1], self.feat.tensor.dtype), \

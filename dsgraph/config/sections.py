@@ -132,6 +132,10 @@ class SampledConfig:
                                         "with the most out-edges first (0 = halo only)", ge=0)
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
+    copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
+                                        "next to the remote cache, so a batch's rows are one "
+                                        "gather from one table (costs the partition's feature "
+                                        "bytes once more per trainer)")
     prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
                            "the one training (0 = none: with the remote cache little RPC is left "
                            "to hide; off with `rematerialize`, whose forward reads rows itself, "

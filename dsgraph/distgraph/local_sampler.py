@@ -21,6 +21,9 @@ import dgl
 import torch
 from dgl.dataloading import NeighborSampler
 
+# srcdata key of the input nodes' local ids on a batch sampled wholly in the partition.
+LOCAL_ID = "_local_id"
+
 
 @dataclass
 class LocalIndex:
@@ -108,7 +111,10 @@ class LocalHaloSampler(NeighborSampler):
     From the first layer whose frontier is not, the rest of the batch comes from
     :func:`local_frontier` (local where possible, RPC for the rest) and ``dgl.to_block``, as
     DGL's non-fused path builds blocks. The switch depends only on the frontier already drawn,
-    never on a redraw, so every layer's draw keeps DGL's distribution.
+    never on a redraw, so every layer's draw keeps DGL's distribution. When every layer was
+    sampled in the partition, the input block's ``srcdata[LOCAL_ID]`` holds the input nodes'
+    local ids, for feature reads that skip the global-to-local lookup
+    (:meth:`~dsgraph.distgraph.features.CachedFeatures.by_local_id`); the reader pops it.
     """
 
     def __init__(self, fanouts: list[int], index: LocalIndex) -> None:
@@ -127,7 +133,7 @@ class LocalHaloSampler(NeighborSampler):
         for fanout in reversed(self.fanouts):
             if in_partition and bool(self.index.complete[lids].all()):
                 block = self._fused_block(g.local_partition, lids, fanout)
-                lids = block.srcdata.pop("lid")
+                lids = block.srcdata.pop(LOCAL_ID)
             else:
                 in_partition = False
                 frontier = local_frontier(g, self.index, seed_nodes, fanout)
@@ -135,11 +141,13 @@ class LocalHaloSampler(NeighborSampler):
                 block.edata[dgl.EID] = frontier.edata[dgl.EID]
             seed_nodes = block.srcdata[dgl.NID]
             blocks.insert(0, block)
+        if in_partition:
+            blocks[0].srcdata[LOCAL_ID] = lids
         return seed_nodes, output_nodes, blocks
 
     def _fused_block(self, lg, lids: torch.Tensor, fanout: int) -> dgl.DGLGraph:
         """The block of ``lids``' sampled in-edges (local ids of completely stored nodes),
-        relabelled to global node and edge ids; its sources' local ids in ``srcdata["lid"]``."""
+        relabelled to global node and edge ids; its sources' local ids in ``srcdata[LOCAL_ID]``."""
         if self._structure is None:
             # The same shared graph index, without the frames: the fused kernel would copy
             # every node and edge column into each block.
@@ -148,7 +156,7 @@ class LocalHaloSampler(NeighborSampler):
                                                     mapping=self._mapping)
         nid = lg.ndata[dgl.NID]
         src = block.srcdata[dgl.NID]
-        block.srcdata["lid"] = src
+        block.srcdata[LOCAL_ID] = src
         block.srcdata[dgl.NID] = nid[src]
         block.dstdata[dgl.NID] = nid[block.dstdata[dgl.NID]]
         block.edata[dgl.EID] = lg.edata[dgl.EID][block.edata[dgl.EID]]
@@ -173,8 +181,12 @@ class SampleCounter:
         """Zero the counts (at the start of an epoch)."""
         self.local_nodes = self.remote_nodes = self.requests = 0
 
-    def add(self, blocks: list) -> None:
-        """Count one mini-batch's blocks."""
+    def add(self, blocks: list, all_local: bool = False) -> None:
+        """Count one mini-batch's blocks (``all_local``: the sampler says every layer was
+        sampled in the partition, so no lookup is needed)."""
+        if all_local:
+            self.local_nodes += sum(block.num_dst_nodes() for block in blocks)
+            return
         for block in blocks:
             dst = block.dstdata[dgl.NID]
             local, _ = self.index.split(self.pb, dst)

@@ -9,6 +9,9 @@ import pymetis
 import scipy.sparse as sp
 import torch
 
+# Training nodes per part at most this times their mean: balance_train's promise of equal shares.
+TRAIN_BALANCE = 1.01
+
 
 def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> sp.csr_matrix:
     """The symmetrized adjacency without self-loops or duplicates (what METIS requires).
@@ -32,12 +35,18 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> sp.csr_ma
 
 
 def metis_assignment(adj: sp.csr_matrix, num_parts: int, vertex_weights: np.ndarray | None = None,
-                     seed: int = 0, max_balance: float = 1.05) -> np.ndarray:
+                     seed: int = 0, max_balance: float = 1.05,
+                     train_mask: np.ndarray | None = None,
+                     train_balance: float = TRAIN_BALANCE) -> np.ndarray:
     """METIS k-way partition of a symmetric CSR; ``vertex_weights`` is (n, ncon) for balance.
 
     Multi-constraint METIS sometimes overshoots its own tolerance on heavy-tailed graphs (node
     balance up to ~1.15 observed at 4-8 parts), so the result goes through :func:`rebalance`,
-    which caps every part at ``max_balance`` times the mean node count.
+    which caps every part at ``max_balance`` times the mean node count. With ``train_mask`` the
+    training nodes are capped first, at ``train_balance`` times their mean, then the other nodes
+    at ``max_balance``: METIS leaves up to its 5% tolerance on the training constraint, and a
+    trainer that samples its own part's seeds (``sampled.seed_split: owned``) turns every extra
+    training node into time the other trainers wait.
     """
 
     n = adj.shape[0]
@@ -54,27 +63,34 @@ def metis_assignment(adj: sp.csr_matrix, num_parts: int, vertex_weights: np.ndar
         result = pymetis.part_graph(num_parts, adjacency=pymetis.CSRAdjacency(adj.indptr, adj.indices),
                                     vweights=vw, options=opts, recursive=False)
     assign = np.asarray(result.vertex_part, dtype=np.int64)
+    if train_mask is not None and 0 < int(train_mask.sum()) < n:
+        train = train_mask.astype(bool)
+        assign = rebalance(adj, assign, num_parts, train_balance, members=train)
+        return rebalance(adj, assign, num_parts, max_balance, members=~train)
     return rebalance(adj, assign, num_parts, max_balance)
 
 
 def rebalance(adj: sp.csr_matrix, assign: np.ndarray, num_parts: int,
-              max_balance: float = 1.05, max_rounds: int = 4) -> np.ndarray:
+              max_balance: float = 1.05, max_rounds: int = 4,
+              members: np.ndarray | None = None) -> np.ndarray:
     """Move nodes out of parts above ``max_balance`` x mean size, cheapest in edge cut first.
 
     Candidates are the nodes of overfull parts; each goes to the part with room that holds most
     of its neighbours, in order of cut gain (neighbours there minus neighbours at home), until
-    every part fits. Deterministic; returns ``assign`` unchanged when it already fits.
+    every part fits. With ``members`` (a mask) only those nodes are counted and moved. Deterministic;
+    returns ``assign`` unchanged when it already fits.
     """
-    n = assign.shape[0]
+    pool = np.arange(assign.shape[0]) if members is None else np.flatnonzero(members)
+    n = pool.size
     cap = max(-(-n // num_parts), int(np.floor(max_balance * n / num_parts)))
     assign = assign.copy()
     for _ in range(max_rounds):
-        counts = np.bincount(assign, minlength=num_parts)
+        counts = np.bincount(assign[pool], minlength=num_parts)
         need = np.maximum(counts - cap, 0)
         if not need.any():
             break
         room = np.maximum(cap - counts, 0)
-        movers = np.flatnonzero(need[assign] > 0)
+        movers = pool[need[assign[pool]] > 0]
         sub = adj[movers]
         rows = np.repeat(np.arange(movers.size), np.diff(sub.indptr))
         nbr = np.bincount(rows * num_parts + assign[sub.indices],

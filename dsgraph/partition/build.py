@@ -35,7 +35,8 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
         adj = symmetric_csr(src, dst, g.num_nodes())
         train = g.ndata["train_mask"].numpy() if "train_mask" in g.ndata else None
         weights = balance_weights(adj, train, balance_train, balance_edges)
-        assign = metis_assignment(adj, num_parts, weights, seed)
+        assign = metis_assignment(adj, num_parts, weights, seed,
+                                  train_mask=train if balance_train else None)
     return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
                             stats={**(extra_stats or {}), "wall_s": time.perf_counter() - t0},
                             num_parts=num_parts, source=source)

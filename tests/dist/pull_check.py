@@ -46,6 +46,12 @@ def main(run_dir: Path) -> None:
     chosen, passed = in_budget & beyond, beyond & ~in_budget
     degree = g.out_degrees(ids)
     everything = CachedFeatures(g, "feat", budget_mb=1024.0)
+    # The same budget with the partition's rows copied into one table; and reads by local id.
+    tabled = CachedFeatures(g, "feat", budget_mb=third * halo_only.row_bytes / 2**20,
+                            copy_own=True)
+    lg = g.local_partition
+    lids = torch.randperm(lg.num_nodes())
+    by_lid = tabled.by_local_id(lg.ndata[dgl.NID][lids], lids)
     (run_dir / f"pull{rank}.json").write_text(json.dumps({
         "rows": int(ids.numel()), "mismatched": int(bad.sum()),
         "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
@@ -59,7 +65,11 @@ def main(run_dir: Path) -> None:
         "budgeted_misses": budgeted.remote_rows,
         "everything_cached": everything.cached_rows,
         "everything_mismatched": int((everything[perm] != original[orig[perm]]).any(1).sum()),
-        "everything_misses": everything.remote_rows}))
+        "everything_misses": everything.remote_rows,
+        "table_mismatched": int((tabled[perm] != original[orig[perm]]).any(1).sum()),
+        "table_misses": tabled.remote_rows, "local_id_rows": int(lids.numel()),
+        "local_id_mismatched": int((by_lid != original[orig[lg.ndata[dgl.NID][lids]]])
+                                   .any(1).sum())}))
     dist.barrier()
     dgl.distributed.exit_client()  # tell the servers; the process then leaves via os._exit
 

@@ -57,8 +57,8 @@ def main(run_dir: Path) -> None:
     from scipy.stats import chisquare
 
     from dsgraph.cluster.worker import init_process_group
-    from dsgraph.distgraph.local_sampler import (LocalHaloSampler, LocalIndex, SampleCounter,
-                                                 local_frontier)
+    from dsgraph.distgraph.local_sampler import (LOCAL_ID, LocalHaloSampler, LocalIndex,
+                                                 SampleCounter, local_frontier)
 
     dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
     rank, _ = init_process_group(120)
@@ -94,6 +94,9 @@ def main(run_dir: Path) -> None:
             lead = b.srcdata[dgl.NID][:b.num_dst_nodes()]
             blocks_ok &= bool(torch.equal(lead, b.dstdata[dgl.NID]))
         blocks_ok &= bool(torch.equal(blocks[0].dstdata[dgl.NID], blocks[1].srcdata[dgl.NID]))
+        # Sampled wholly in the partition: the input block carries its sources' local ids.
+        blocks_ok &= bool(torch.equal(lg.ndata[dgl.NID][blocks[0].srcdata[LOCAL_ID]],
+                                      input_nodes)) and LOCAL_ID not in blocks[1].srcdata
     two_hop_requests = sum(sent)
     graph_services.send_requests_to_machine = original_send
     block_check = _check(g, _block_edges(blocks), FANOUT, edges, n)
@@ -108,7 +111,8 @@ def main(run_dir: Path) -> None:
     blocks_ok &= bool(torch.equal(out, halo_seeds)
                       and torch.equal(switched[-1].dstdata[dgl.NID], halo_seeds)
                       and torch.equal(switched[0].dstdata[dgl.NID], switched[1].srcdata[dgl.NID])
-                      and torch.equal(switched[0].srcdata[dgl.NID], input_nodes))
+                      and torch.equal(switched[0].srcdata[dgl.NID], input_nodes)
+                      and all(LOCAL_ID not in b.srcdata for b in switched))
     switch_check = _check(g, _block_edges(switched), FANOUT, edges, n)
     in_partition, _ = index.split(pb, switched[-1].srcdata[dgl.NID])
     switch = {"fused_layers": len(fused_layers), "frontier_outside": int((~in_partition).sum())}

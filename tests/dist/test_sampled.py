@@ -59,6 +59,10 @@ def test_remote_features_correct_with_several_partitions_on_one_host(tmp_path, n
         assert r["budgeted_mismatched"] == 0 and r["everything_mismatched"] == 0, r
         assert r["budgeted_misses"] == r["beyond_halo"] - r["budget_rows"], r
         assert r["everything_cached"] == r["remote_rows"] and r["everything_misses"] == 0, r
+        # Own rows copied into one table with the cache: same rows, same misses; by local id
+        # every node of the partition graph (owned and halo) reads its own row.
+        assert r["table_mismatched"] == 0 and r["table_misses"] == r["budgeted_misses"], r
+        assert r["local_id_rows"] > 3000 // num_parts and r["local_id_mismatched"] == 0, r
     assert _job_shm(tmp_path / "run") == [], "job left shared-memory segments behind"
 
 
