@@ -16,7 +16,8 @@ Rows needing namespaces are skipped, with the reason in the report, where they c
 
 dsgraph rows: its defaults (halo and remote feature cache, DGL's distributed sampler), the tuned
 ``local sampling`` (2-hop halo partitions, own seeds, every layer sampled in the trainer), and
-single options turned off or on (``no remote cache``: only the halo cached; ``prefetch 2``).
+single options turned off or on (``no remote cache``: only the halo cached; ``prefetch 2``;
+``own rows not copied``: the partition's rows read from shared memory and merged with the cache's).
 
 Samples/s = training seeds per second summed over trainers (seeds / slowest trainer's loop),
 median over epochs 2.. of a run, then median over repeats (with the spread of the repeats).
@@ -51,6 +52,7 @@ LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2",
                   "sampled.seed_split=owned")
 NO_REMOTE_CACHE = ("sampled.remote_cache_mb=0",)  # halo rows cached, the rest pulled per batch
 PREFETCH = ("sampled.prefetch=2",)
+NO_TABLE = ("sampled.copy_own_features=false",)  # own rows read from shared memory, then merged
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ def _settings() -> list[Setting]:
                 NO_REMOTE_CACHE, partition="p2"),
         Setting("dsgraph 2 parts x 1 trainer, prefetch 2", "dsgraph", 1, 2, 2, local,
                 PREFETCH, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, own rows not copied", "dsgraph", 1, 2, 2, local,
+                NO_TABLE, partition="p2"),
         Setting("dsgraph 1 part x 2 trainers", "dsgraph", 1, 1, 2, local, partition="p1"),
     ]
     for link in ("veth", "veth_throttled"):

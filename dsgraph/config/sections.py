@@ -77,7 +77,8 @@ class PartitionConfig:
                                              "them there")
     graph_name: str = opt("graph", "name of the partition JSON (`<graph_name>.json`)")
     halo_hops: int = opt(1, "halo layers stored per part", ge=1)
-    balance_train: bool = opt(True, "METIS constraint: equal training nodes per part")
+    balance_train: bool = opt(True, "METIS constraint: equal training nodes per part "
+                                    "(then capped at 1.01x their mean)")
     balance_edges: bool = opt(True, "METIS constraint: equal degree sum per part")
     seed: int = opt(0, "METIS / random assignment seed")
 

@@ -53,6 +53,7 @@ class CachedFeatures:
         if copy_own and self.own_rows is not None:
             parts = [self.own_rows] + ([self.cache] if self.cache is not None else [])
             self.table = torch.cat(parts)
+            self.cache = None  # its rows live in the table now
             if local is not None:
                 self.local_rows = self._rows_of_partition(local)
 
