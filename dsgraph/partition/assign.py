@@ -77,8 +77,8 @@ def rebalance(adj: sp.csr_matrix, assign: np.ndarray, num_parts: int,
 
     Candidates are the nodes of overfull parts; each goes to the part with room that holds most
     of its neighbours, in order of cut gain (neighbours there minus neighbours at home), until
-    every part fits. With ``members`` (a mask) only those nodes are counted and moved. Deterministic;
-    returns ``assign`` unchanged when it already fits.
+    every part fits. With ``members`` (a mask) only those nodes are counted and moved.
+    Deterministic; returns ``assign`` unchanged when it already fits.
     """
     pool = np.arange(assign.shape[0]) if members is None else np.flatnonzero(members)
     n = pool.size
