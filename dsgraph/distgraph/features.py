@@ -9,8 +9,8 @@ rows outside the cache travel over RPC during training.
 
 With ``copy_own`` (``sampled.copy_own_features``) the trainer also copies its partition's rows
 out of shared memory, in front of the cache, so one ``index_select`` on one table gathers a
-whole batch: for 30k rows of 100 floats half owned, 2.3 ms against 7-8 ms for gathering the two
-sources and merging them. It costs the partition's feature bytes once more per trainer.
+whole batch instead of two gathers merged into the output (``benchmarks/reports/sampled.md``,
+row "own rows not copied"). It costs the partition's feature bytes once more per trainer.
 """
 from __future__ import annotations
 
@@ -150,17 +150,14 @@ class CachedFeatures:
         rpos = remote.nonzero().squeeze(1)
         rids = ids.index_select(0, rpos)
         pos, hit = self._cached(rids)
+        self._tally(rids.numel(), hit)
         if hit is None:  # the common case: every remote row cached, no miss to sort out
             out.index_copy_(0, rpos, self.cache.index_select(0, pos))
-            self.cache_hits += int(rids.numel())
             return out
         if bool(hit.any()):
             out.index_copy_(0, rpos[hit], self.cache.index_select(0, pos[hit]))
         miss = ~hit
         out.index_copy_(0, rpos[miss], self.tensor[rids[miss]])
-        n_hit = int(hit.sum())
-        self.cache_hits += n_hit
-        self.remote_rows += int(rids.numel()) - n_hit
         return out
 
     def _from_table(self, ids: torch.Tensor, remote: torch.Tensor) -> torch.Tensor:
@@ -172,14 +169,17 @@ class CachedFeatures:
         rids = ids.index_select(0, rpos)
         pos, hit = self._cached(rids)
         rows[rpos] = pos + self.own_rows.shape[0]
+        self._tally(rids.numel(), hit)
         if hit is None:
-            self.cache_hits += int(rids.numel())
             return self.table.index_select(0, rows)
-        rows[rpos[~hit]] = 0  # any row: overwritten by the pulled one below
-        out = self.table.index_select(0, rows)
         miss = rpos[~hit]
+        rows[miss] = 0  # any row: overwritten by the pulled one below
+        out = self.table.index_select(0, rows)
         out.index_copy_(0, miss, self.tensor[ids.index_select(0, miss)])
-        n_hit = int(hit.sum())
-        self.cache_hits += n_hit
-        self.remote_rows += int(rids.numel()) - n_hit
         return out
+
+    def _tally(self, asked: int, hit: Optional[torch.Tensor]) -> None:
+        """Count ``asked`` rows owned elsewhere as cache hits or misses (``hit`` None: all hit)."""
+        n_hit = int(asked) if hit is None else int(hit.sum())
+        self.cache_hits += n_hit
+        self.remote_rows += int(asked) - n_hit
