@@ -7,32 +7,34 @@ Full-batch SAR (``dsgraph.sar.attention``) and sampled rematerialization
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
-def gat_fused(conv, feat, attend: Attend) -> torch.Tensor:
+def gat_fused(conv, feat, attend: Attend, er: Optional[torch.Tensor] = None) -> torch.Tensor:
     """GATConv's forward (feature dropout, fc / fc_src+fc_dst, attention vectors, residual,
     bias, activation; same RNG use) with ``attend(ft_src, el, er, slope)`` doing the rest.
 
-    ``feat`` is one tensor (sources are destinations: a full graph) or a (src, dst) pair.
+    ``feat`` is one tensor (sources are destinations: a full graph) or a (src, dst) pair;
+    ``er``, if given for a pair, is used as the destination term instead of computing it
+    (:func:`dst_term`; a caller that runs one layer over many groups of sources computes it once).
     """
     heads, out = conv._num_heads, conv._out_feats
     if isinstance(feat, tuple):
         h_src, h_dst = conv.feat_drop(feat[0]), conv.feat_drop(feat[1])
         fc_src = getattr(conv, "fc_src", conv.fc)
-        fc_dst = getattr(conv, "fc_dst", conv.fc)
         ft = fc_src(h_src).view(*h_src.shape[:-1], heads, out)
-        ft_dst = fc_dst(h_dst).view(*h_dst.shape[:-1], heads, out)
+        if er is None:
+            er = dst_term(conv, h_dst)
     else:
         h_src = h_dst = conv.feat_drop(feat)
-        ft = ft_dst = conv.fc(h_src).view(*h_src.shape[:-1], heads, out)
+        ft = conv.fc(h_src).view(*h_src.shape[:-1], heads, out)
+        er = (ft * conv.attn_r).sum(dim=-1).unsqueeze(-1)
     prefix = h_dst.shape[:-1]
     el = (ft * conv.attn_l).sum(dim=-1).unsqueeze(-1)
-    er = (ft_dst * conv.attn_r).sum(dim=-1).unsqueeze(-1)
     rst = attend(ft, el, er, float(conv.leaky_relu.negative_slope))
     if conv.res_fc is not None:
         rst = rst + conv.res_fc(h_dst).view(*prefix, -1, out)
@@ -41,6 +43,13 @@ def gat_fused(conv, feat, attend: Attend) -> torch.Tensor:
     if conv.activation:
         rst = conv.activation(rst)
     return rst
+
+
+def dst_term(conv, h_dst: torch.Tensor) -> torch.Tensor:
+    """The attention's destination term ``er = <fc_dst(h_dst), attn_r>`` per head."""
+    fc_dst = getattr(conv, "fc_dst", conv.fc)
+    ft_dst = fc_dst(h_dst).view(*h_dst.shape[:-1], conv._num_heads, conv._out_feats)
+    return (ft_dst * conv.attn_r).sum(dim=-1).unsqueeze(-1)
 
 
 def fusable(conv) -> bool:

@@ -26,6 +26,7 @@ draw different masks per group run and is refused.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from typing import Any, Callable, Iterable, Optional, Protocol
 
@@ -38,7 +39,7 @@ from torch import nn
 from dsgraph.errors import UserError
 from dsgraph.seqagg import kernels
 from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
-from dsgraph.seqagg.gat import fusable, gat_fused
+from dsgraph.seqagg.gat import dst_term, fusable, gat_fused
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
 
@@ -167,8 +168,11 @@ class GroupBlock:
 
     is_block = True
 
-    def __init__(self, run: "_Run", group: Optional[Group]) -> None:
+    def __init__(self, run: "_Run", group: Optional[Group],
+                 dst: Optional[tuple[int, int]] = None) -> None:
         self._run, self._group = run, group
+        # destination rows [a, b) this run computes (output runs go in row chunks)
+        self._dst_range = dst if dst is not None else (0, run.rb.num_dst)
         self._src: dict = {}
         self._dst: dict = {}
         self._edata: dict = {}
@@ -186,8 +190,9 @@ class GroupBlock:
     number_of_src_nodes = num_src_nodes
 
     def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
-        """Destination nodes of the whole block."""
-        return self._run.rb.num_dst
+        """Destination nodes of this run (all of the block's, or an output run's chunk)."""
+        a, b = self._dst_range
+        return b - a
 
     number_of_dst_nodes = num_dst_nodes
 
@@ -198,8 +203,9 @@ class GroupBlock:
     number_of_edges = num_edges
 
     def in_degrees(self, v: Any = None) -> torch.Tensor:
-        """In-degree of destination nodes in the whole block."""
-        d = self._run.rb.in_deg
+        """In-degree in the whole block of this run's destination nodes."""
+        a, b = self._dst_range
+        d = self._run.rb.in_deg[a:b]
         return d if v is None else d[torch.as_tensor(v, dtype=torch.int64)]
 
     def out_degrees(self, u: Any = None) -> torch.Tensor:
@@ -253,16 +259,24 @@ class _Run:
         self.reduce: Optional[str] = None
         self.state: Optional[kernels.SpmmState] = None
         self.soft: Optional[kernels.SoftmaxState] = None
-        self.final: Optional[torch.Tensor] = None  # what the output run's aggregation returns
+        self.final: Optional[torch.Tensor] = None  # the aggregate of every destination
+        self.emitted: Optional[torch.Tensor] = None  # what an output run's aggregation returns
         self.src_grad = False  # does what the layer aggregates depend on learnable tensors
         self.captured: tuple = ()
         self.is_gat = isinstance(conv, GATConv)
+        self.er: Optional[torch.Tensor] = None  # GAT: the destination term, computed once
+        # A linear map ahead of a linear aggregation commutes with it: over stored features,
+        # aggregating the raw rows first leaves nothing to recompute in backward (the state
+        # is num_dst x in_feats instead of num_dst x out_feats).
+        self.raw_first = not list(rb.source.parameters()) and (
+            isinstance(conv, GraphConv)
+            or (isinstance(conv, SAGEConv) and conv._aggre_type in ("mean", "gcn")))
 
     # --- calls from GroupBlock ----------------------------------------------------------------
 
     def aggregate(self, group: Optional[Group], u: torch.Tensor, reduce: str) -> torch.Tensor:
         if self.mode == "emit":
-            return self.final
+            return self.emitted
         if self.mode == "probe":  # no group has edges: the aggregate is zeros of u's width
             self.state, self.reduce = kernels.SpmmState(reduce), reduce
             self.final = u.new_zeros((self.rb.num_dst,) + tuple(u.shape[1:])).detach()
@@ -279,8 +293,7 @@ class _Run:
     def attend(self, group: Optional[Group], ft, el, er, slope: float) -> torch.Tensor:
         self.slope = slope
         if self.mode == "emit":
-            self.captured = (er,)
-            return self.final
+            return self.emitted
         if self.mode == "collect":
             if self.soft is None:
                 self.soft = kernels.SoftmaxState(self.rb.num_dst, ft.shape[1], ft)
@@ -293,19 +306,42 @@ class _Run:
 
     # --- running the layer ----------------------------------------------------------------------
 
-    def _call(self, group: Optional[Group], x_dst: torch.Tensor) -> Optional[torch.Tensor]:
-        """The layer's forward on ``group`` (None: the output run); None if it stopped at the
-        aggregation."""
+    def _call(self, group: Optional[Group], x_dst: torch.Tensor,
+              dst: Optional[tuple[int, int]] = None) -> Optional[torch.Tensor]:
+        """The layer's forward on ``group`` (None: an output run over destination rows ``dst``,
+        default all); None if it stopped at the aggregation."""
         rb = self.rb
         rows = rb.source.rows(group.ids) if group is not None else \
             torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
-        graph = GroupBlock(self, group)
+        graph = GroupBlock(self, group, dst)
         try:
             if self.is_gat:
-                return gat_fused(self.conv, (rows, x_dst), graph.attention)
-            return type(self.conv).forward(self.conv, graph, (rows, x_dst))
+                # the destination term is a constant to the groups and to the output run (its
+                # gradient is taken once, at the end of backward): fc on the destination rows
+                # runs once per layer, not once per group
+                a, b = dst if dst is not None else (0, rb.num_dst)
+                return gat_fused(self.conv, (rows, x_dst), graph.attention,
+                                 er=None if self.er is None else self.er[a:b])
+            with _aggregate_first(self.conv, self.raw_first):
+                return type(self.conv).forward(self.conv, graph, (rows, x_dst))
         except _Collected:
             return None
+
+    def _dst_chunks(self) -> list[tuple[int, int]]:
+        """Destination row ranges of the output runs (``chunk_rows`` at a time)."""
+        n, step = self.rb.num_dst, self.rb.chunk_rows
+        step = n if step <= 0 else step
+        return [(a, min(a + step, n)) for a in range(0, n, step)] or [(0, 0)]
+
+    def _pull_dst(self, a: int, b: int) -> torch.Tensor:
+        return self.rb.source.rows(self.rb.dst_ids[a:b])
+
+    def _dst_rows(self, a: int, b: int) -> torch.Tensor:
+        """Destination rows ``[a, b)`` for an output run (GAT without a residual map reads
+        none: its destination term is passed precomputed)."""
+        if self.is_gat and self.conv.res_fc is None:
+            return torch.zeros((), dtype=self.rb.dtype).expand(b - a, self.rb.width)
+        return self._pull_dst(a, b)
 
     def _compress(self):
         cfg = self.rb.compression
@@ -314,33 +350,49 @@ class _Run:
         from dsgraph.compress import compressed
         return compressed(cfg)
 
+    def _dst_stub(self) -> torch.Tensor:
+        """What a group's run gets as destination rows: it stops at the aggregation, before
+        any use of them (GAT's destination term is passed precomputed), so no memory."""
+        rb = self.rb
+        return torch.zeros((), dtype=rb.dtype).expand(rb.num_dst, rb.width)
+
     def forward(self) -> torch.Tensor:
         rb = self.rb
         # the layer runs with grad on (inside an autograd Function it is off) only so that the
         # aggregated value tells whether backward must recompute the groups; nothing is saved
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_keep, _keep):
-            x_dst = rb.source.rows(rb.dst_ids)
+            if self.is_gat:
+                self.er = torch.cat([dst_term(self.conv, self._pull_dst(a, b)).detach()
+                                     for a, b in self._dst_chunks()])
             self.mode = "collect"
             for group in rb.groups:
-                self._call(group, x_dst)
+                self._call(group, self._dst_stub())
+        like = torch.zeros((), dtype=rb.dtype)
         if self.is_gat:
             if self.soft is None:  # no edges: no group ran
                 width = self.conv._num_heads
-                self.soft = kernels.SoftmaxState(rb.num_dst, width, x_dst)
+                self.soft = kernels.SoftmaxState(rb.num_dst, width, like)
                 self.ft_shape = (width, self.conv._out_feats)
-            self.final = kernels.attention_finish(self.soft, rb.num_dst, self.ft_shape, x_dst)
+            self.final = kernels.attention_finish(self.soft, rb.num_dst, self.ft_shape, like)
         elif self.state is None or self.state.acc is None:
             self.mode = "probe"
             with torch.no_grad():
-                self._call(None, x_dst.detach())
+                self._call(None, self._dst_stub())
         else:
-            self.final = kernels.spmm_finish(self.state, rb.num_dst, (), rb.in_deg, x_dst.dtype)
+            self.final = kernels.spmm_finish(self.state, rb.num_dst, (), rb.in_deg, rb.dtype)
+        # The output runs go over destination rows in chunks: their rows are pulled now, and
+        # again in backward, never alive across the groups or the later layers.
         self.mode = "emit"
-        out = self._call(None, x_dst.detach())
+        outs = []
+        keep = _Kept(self.rb.compression, self.final.shape)
+        for a, b in self._dst_chunks():
+            self.emitted = self.final[a:b]
+            outs.append(self._call(None, self._dst_rows(a, b).detach(), (a, b)).detach())
+            keep.add(self.emitted)
+        self.final, self.kept = None, keep
+        self.emitted = None
         self.captured = ()
-        # destination rows (destination-sized) are kept for backward unless they are learned
-        self.x_dst = None if x_dst.requires_grad else x_dst
-        return out.detach()
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
 
     def backward(self, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
         rb, params = self.rb, self.params
@@ -351,26 +403,35 @@ class _Run:
                 if g is not None:
                     grads[i] = g if grads[i] is None else grads[i] + g
 
-        agg = self.final.detach().requires_grad_(True)
-        self.final = agg
+        kept, self.kept = self.kept, None
+        # the aggregate's gradient is needed only where backward revisits the groups
+        g_agg = kept.new_zeros() if self.is_gat or self.src_grad else None
+        dsum = torch.zeros(kept.shape[0], *kept.shape[1:-1], 1, dtype=kept.dtype) \
+            if self.is_gat else None
         self.mode = "emit"
-        with torch.enable_grad():
-            x_dst = self.x_dst if self.x_dst is not None else rb.source.rows(rb.dst_ids)
-            self.x_dst = None
-            out = self._call(None, x_dst)
-            got = torch.autograd.grad(out, params + [agg], gout, allow_unused=True,
-                                      retain_graph=self.is_gat)
-        add(got[:-1])
-        g_agg = got[-1] if got[-1] is not None else torch.zeros_like(agg)
-        er_emit = self.captured[0] if self.is_gat else None
-        self.final = None
+        for i, (a, b) in enumerate(self._dst_chunks()):  # the output runs again, under autograd
+            agg = kept.chunk(i)
+            self.emitted = agg.detach().requires_grad_(True)
+            with torch.enable_grad():
+                out = self._call(None, self._dst_rows(a, b), (a, b))
+                got = torch.autograd.grad(out, params + [self.emitted], gout[a:b],
+                                          allow_unused=True)
+            add(got[:-1])
+            if g_agg is not None and got[-1] is not None:
+                g_agg[a:b] = got[-1]
+            if dsum is not None:
+                # The softmax term D_i = sum_j a_ij <g_i, ft_j> = <g_i, sum_j a_ij ft_j> is
+                # the gradient's dot with the aggregate: no pass over the groups computes it.
+                dsum[a:b] = (g_agg[a:b] * agg).sum(-1, keepdim=True)
+            del out, got, agg
+        self.emitted, self.captured = None, ()
         if self.is_gat:
-            add(self._gat_backward(g_agg, er_emit, x_dst))
+            add(self._gat_backward(g_agg, dsum))
         elif self.src_grad and rb.groups:
             self.mode = "partial"
             for group in rb.groups:
                 with torch.enable_grad(), self._compress():
-                    self._call(group, x_dst.detach())
+                    self._call(group, self._dst_stub())
                     (u,) = self.captured
                     self.captured = ()
                     gu = self._spmm_grad(group, u, g_agg)
@@ -390,24 +451,14 @@ class _Run:
         return kernels.spmm_linear_grad(gg, "copy_lhs", g_agg, None, tuple(u.shape),
                                         rb.chunk_rows, div)
 
-    def _gat_backward(self, g_agg: torch.Tensor, er_emit: torch.Tensor, x_dst: torch.Tensor):
+    def _gat_backward(self, g_agg: torch.Tensor, dsum: torch.Tensor):
         rb, params, st = self.rb, self.params, self.soft
-        g_agg = g_agg.contiguous()
-        dsum = torch.zeros_like(st.den)
         self.mode = "partial"
-        with torch.no_grad():  # pass 1: the softmax term D of every destination
-            for group in rb.groups:
-                self._call(group, x_dst.detach())
-                ft, el, er = self.captured
-                self.captured = ()
-                kernels.attention_dsum(dsum, group.graph, ft, el, er, st.m, st.den, g_agg,
-                                       self.slope, rb.chunk_rows)
-                del ft, el, er
         grad_er = torch.zeros_like(st.den)
         grads: list[Optional[torch.Tensor]] = [None] * len(params)
-        for group in rb.groups:  # pass 2: each group's rows under autograd
+        for group in rb.groups:  # each group's rows under autograd
             with torch.enable_grad(), self._compress():
-                self._call(group, x_dst.detach())
+                self._call(group, self._dst_stub())
                 ft, el, er = self.captured
                 self.captured = ()
                 gft, gel = kernels.attention_grads(group.graph, ft.detach(), el.detach(),
@@ -418,12 +469,74 @@ class _Run:
                 if g is not None:
                     grads[i] = g if grads[i] is None else grads[i] + g
             del ft, el, er, gft, gel, got
-        got = torch.autograd.grad(er_emit, params, grad_er, allow_unused=True)
-        return [a if b is None else (b if a is None else a + b) for a, b in zip(grads, got)]
+        # the destination term's gradient, through its graph rebuilt now (cheaper in memory
+        # than keeping the output run's graph, with the destination rows, across the groups)
+        for a, b in self._dst_chunks():
+            with torch.enable_grad():
+                er = dst_term(self.conv, self._pull_dst(a, b))
+                got = torch.autograd.grad(er, params, grad_er[a:b], allow_unused=True)
+            grads = [x if y is None else (y if x is None else x + y) for x, y in zip(grads, got)]
+        return grads
 
 
 def _keep(t):
     return t
+
+
+class _Kept:
+    """The aggregate kept from forward to backward, in the output runs' row chunks: as is, or
+    INT2-quantized when ``compression`` is enabled (it is a saved activation like any other:
+    the output map's weight gradient and GAT's softmax term read it)."""
+
+    def __init__(self, compression: Any, shape: torch.Size) -> None:
+        self.shape, self.dtype = shape, torch.get_default_dtype()
+        self.spec = self.gen = None
+        if compression is not None and getattr(compression, "enabled", False):
+            from dsgraph.compress import spec_from_config
+            self.spec = dataclasses.replace(spec_from_config(compression), projection=1.0)
+            self.gen = torch.Generator()
+            self.gen.manual_seed(compression.seed * 1_000_003
+                                 + int(torch.randint(0, 2 ** 31, (1,)).item()))
+        self.parts: list = []
+
+    def add(self, t: torch.Tensor) -> None:
+        """Keep the next chunk."""
+        self.dtype = t.dtype
+        if self.spec is None:
+            self.parts.append(t)
+        else:
+            from dsgraph.compress import quantize
+            self.parts.append(quantize(t, self.spec, self.gen))
+
+    def chunk(self, i: int) -> torch.Tensor:
+        """Chunk ``i`` (decoded)."""
+        if self.spec is None:
+            return self.parts[i]
+        from dsgraph.compress import dequantize
+        return dequantize(self.parts[i])
+
+    def new_zeros(self) -> torch.Tensor:
+        """Zeros of the whole aggregate's shape."""
+        return torch.zeros(self.shape, dtype=self.dtype)
+
+
+@contextlib.contextmanager
+def _aggregate_first(conv: nn.Module, on: bool):
+    """SAGEConv / GraphConv aggregate before their linear map while this is active.
+
+    DGL 2.1 picks the order in ``forward`` by ``_in_feats > _out_feats`` and reads
+    ``_out_feats`` nowhere else there, so raising it for the call flips only the order; the
+    results agree to rounding (tests/dist/test_sampled_remat.py checks every gradient).
+    """
+    if not on:
+        yield
+        return
+    out = conv._out_feats
+    conv._out_feats = 2 ** 62
+    try:
+        yield
+    finally:
+        conv._out_feats = out
 
 
 class _RematFn(torch.autograd.Function):
