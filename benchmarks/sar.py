@@ -262,6 +262,7 @@ def _run_sar(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path
                       f"train.epochs={epochs}", f"train.lr={LR}", f"train.seed={SEED}",
                       "train.lr_schedule=constant", "train.eval_every=1", f"train.dtype={dtype}",
                       "train.timeout_s=900", f"sar.mode={spec['mode']}",
+                      f"sar.chunk_rows={spec.get('chunk_rows', 0)}",
                       "sar.prefetch=false",  # the default, stated
                       "cluster.num_threads=1", "compression.enabled=false"])
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)

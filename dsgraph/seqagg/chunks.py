@@ -5,6 +5,7 @@ chunk's block is built from slices of two index arrays (and cached: SAR reuses i
 """
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, Optional
 
 import dgl
@@ -59,6 +60,18 @@ class GroupGraph:
                                      idtype=self.idtype)
             self._blocks[key] = g
         return g
+
+    def matrix(self, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``[a, b)``'s edges as a sparse CSC matrix, destinations x rows (ones; repeated
+        edges add up), for in-place ``addmm_`` into destination state. Built per call from
+        slices of the sorted edges (microseconds), not cached: SAR keeps its group graphs
+        for the whole run, and a cached matrix per chunk would be resident memory."""
+        ea, eb = self.edge_range(a, b)
+        with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csc_tensor(self.row_ptr[a:b + 1] - ea, self.dst[ea:eb].long(),
+                                           torch.ones(eb - ea, dtype=dtype),
+                                           (self.num_dst, b - a))
 
     def chunks(self, chunk_rows: int, reverse: bool = False) -> Iterator[tuple[int, int, object]]:
         """``(a, b, block)`` per chunk of at most ``chunk_rows`` rows that has edges."""

@@ -18,6 +18,11 @@ from dsgraph.errors import ConfigError
 from dsgraph.seqagg.chunks import GroupGraph, chunk_slice
 
 MAX_CHUNKS = 2 ** 15 - 1  # chunk ids of max/min winners are int16
+# Below this many edges per destination a chunk's sum goes in place through torch's sparse
+# addmm_; above it DGL's gspmm into a partial result is faster (measured on one core: 1.1
+# edges per destination, width 512: 2.0 ms vs 5.0 ms; 6.8 per destination, width 64: 3.4 ms
+# vs 0.6 ms).
+SPARSE_CHUNK = 2
 
 
 def _edge_slice(e: Optional[torch.Tensor], gg: GroupGraph, a: int, b: int):
@@ -48,6 +53,19 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
     edge order) into ``state``, chunk by chunk; return the id of the group's first chunk."""
     red = "sum" if state.reduce in ("sum", "mean") else state.reduce
     first = state.next_id
+    if red == "sum" and op == "copy_lhs":
+        if state.acc is None:
+            state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
+        acc = state.acc.view(gg.num_dst, -1)
+        for a, b in gg.bounds(chunk_rows):
+            ea, eb = gg.edge_range(a, b)
+            if eb - ea < SPARSE_CHUNK * gg.num_dst:
+                # Few edges per destination: a sparse matrix times the rows, added in place,
+                # costs less than a destination-sized partial result (and its memory).
+                acc.addmm_(gg.matrix(a, b, u.dtype), u[a:b].reshape(b - a, -1))
+            elif eb > ea:
+                state.acc.add_(dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a:b], None))
+        return first
     for a, b, g in gg.chunks(chunk_rows):
         uc, ec = u[a:b], _edge_slice(e, gg, a, b)
         p = dgl.ops.gspmm(g, op, red, uc, None if op == "copy_lhs" else ec)
