@@ -10,15 +10,20 @@ forward on a :class:`GroupBlock` per group:
 
 * forward, per group: pull its rows (:class:`RowSource`), run the layer up to its aggregation,
   fold the group into destination-sized state with the shared core
-  (:mod:`dsgraph.seqagg.kernels`), drop the rows; then run the
-  layer once more with no source rows, the aggregation returning the folded result, to produce
-  the output (post-aggregation linear maps, bias, activation).
-* backward: the output run again under autograd gives the gradient of the aggregate. If what
-  the layer aggregated needs no gradient (raw, non-learnable features: SAGE mean or GCN whose
-  linear map follows the aggregation) that is all: nothing is pulled again. Otherwise each
-  group is pulled and recomputed under autograd (with ``compression`` hooks if enabled) and
-  gets its gradient from the core: the reversed edges for sum/mean, the chunks that won for
-  max/min, two passes (softmax term, then gradients) for GAT's fused attention.
+  (:mod:`dsgraph.seqagg.kernels`), drop the rows. Then the output runs: the layer once more
+  per chunk of ``sar.chunk_rows`` destination rows, with no source rows, the aggregation
+  returning the folded result, to produce the output (post-aggregation linear maps, bias,
+  activation). SAGE mean/gcn and GraphConv over stored features aggregate the raw rows and
+  apply their linear map in the output run (it commutes with a linear aggregation); GAT's
+  destination term is computed once, not per group.
+* between forward and backward only the aggregate is kept (INT2-quantized when
+  ``compression`` is enabled); destination rows are pulled again where needed.
+* backward: the output runs again under autograd give the gradient of the aggregate. If what
+  the layer aggregated needs no gradient (stored features under a linear aggregation) that is
+  all: no source row is pulled again. Otherwise each group is pulled and recomputed under
+  autograd (with ``compression`` hooks if enabled) and gets its gradient from the core: the
+  reversed edges for sum/mean, the chunks that won for max/min, GAT's fused attention with
+  its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass).
 
 Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
 draw different masks per group run and is refused.
@@ -38,7 +43,7 @@ from torch import nn
 
 from dsgraph.errors import UserError
 from dsgraph.seqagg import kernels
-from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
+from dsgraph.seqagg.chunks import GroupGraph
 from dsgraph.seqagg.gat import dst_term, fusable, gat_fused
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
@@ -112,32 +117,31 @@ class RematBlock:
         self.src_ids = block.srcdata[dgl.NID]
         self.dst_ids = block.dstdata[dgl.NID]
         self.in_deg = block.in_degrees()
-        self.out_deg = block.out_degrees()
-        u, v = block.edges()
-        u, v = u.long(), v.long()
+        # out-edges of every source row, contiguous per row: a group's edges are its rows'
+        # segments, gathered without sorting the block's edges
+        indptr, dst, _ = block.adj_tensors("csr")
+        indptr, dst = indptr.long(), dst.long()
+        self.out_deg = indptr[1:] - indptr[:-1]
         part = owner(self.src_ids).long()
         parts = torch.unique(part).tolist()
         order = [own_part] * (own_part in parts) + [p for p in parts if p != own_part]
-        pos = torch.empty(self.num_src, dtype=torch.int64)
         self.groups: list[Group] = []
         for p in order:
             rows = (part == p).nonzero().squeeze(1)
-            pos[rows] = torch.arange(rows.numel())
-            keep = part[u] == p
-            if not bool(keep.any()):
-                continue  # its rows reach no destination: never pulled
-            s, d, _ = sort_by_src(pos[u[keep]], v[keep])
             # Groups of at most chunk_rows rows: one is pulled, projected and folded at a time,
             # so the largest partition's share of the batch is never alive at once.
-            step = chunk_rows if chunk_rows > 0 else rows.numel()
+            step = chunk_rows if chunk_rows > 0 else max(rows.numel(), 1)
             for a in range(0, rows.numel(), step):
-                b = min(a + step, rows.numel())
-                ea, eb = (int(i) for i in torch.searchsorted(s, torch.tensor([a, b])))
-                if eb == ea:
+                piece = rows[a:a + step]
+                count = self.out_deg[piece]
+                n = int(count.sum())
+                if n == 0:
                     continue  # these rows reach no destination: never pulled
-                piece = rows[a:b]
+                first = torch.cumsum(count, 0) - count  # each row's first edge in the group
+                edges = torch.repeat_interleave(indptr[piece] - first, count) + torch.arange(n)
+                src = torch.repeat_interleave(torch.arange(piece.numel()), count)
                 self.groups.append(Group(p, piece, self.src_ids[piece],
-                                         GroupGraph(s[ea:eb] - a, d[ea:eb], b - a, self.num_dst)))
+                                         GroupGraph(src, dst[edges], piece.numel(), self.num_dst)))
         self.width, self.dtype = width, dtype
 
     def placeholder(self, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -228,7 +232,8 @@ class GroupBlock:
     def update_all(self, message_func, reduce_func, apply_node_func=None) -> None:
         """``copy_u`` + sum/mean/max/min, folded over the groups by the core."""
         if apply_node_func is not None or not isinstance(message_func, fn.BuiltinFunction) \
-                or message_func.name != "copy_u" or not isinstance(reduce_func, fn.BuiltinFunction) \
+                or message_func.name != "copy_u" \
+                or not isinstance(reduce_func, fn.BuiltinFunction) \
                 or reduce_func.name not in ("sum", "mean", "max", "min"):
             raise UserError("sampled.rematerialize supports aggregations of copy_u messages "
                             f"with sum/mean/max/min (layers: {SUPPORTED}); a layer passed "
