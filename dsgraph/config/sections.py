@@ -201,7 +201,8 @@ class SarConfig:
     prefetch: bool = opt(False, "post the next ring round's transfers before aggregating this "
                                 "one (one more remote block alive)")
     chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (SAR and "
-                             "`sampled.rematerialize`); 0 = a whole group at once", ge=0)
+                             "`sampled.rematerialize`, where it also bounds the destination rows "
+                             "of each output run); 0 = a whole group at once", ge=0)
 
 
 @dataclass
