@@ -54,17 +54,21 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
     red = "sum" if state.reduce in ("sum", "mean") else state.reduce
     first = state.next_id
     if red == "sum" and op == "copy_lhs":
-        if state.acc is None:
-            state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
-        acc = state.acc.view(gg.num_dst, -1)
         for a, b in gg.bounds(chunk_rows):
             ea, eb = gg.edge_range(a, b)
+            if eb == ea:
+                continue
             if eb - ea < SPARSE_CHUNK * gg.num_dst:
                 # Few edges per destination: a sparse matrix times the rows, added in place,
                 # costs less than a destination-sized partial result (and its memory).
-                acc.addmm_(gg.matrix(a, b, u.dtype), u[a:b].reshape(b - a, -1))
-            elif eb > ea:
-                state.acc.add_(dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a:b], None))
+                if state.acc is None:
+                    state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
+                state.acc.view(gg.num_dst, -1).addmm_(gg.matrix(a, b, u.dtype),
+                                                      u[a:b].reshape(b - a, -1))
+                continue
+            p = dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a:b], None)
+            # the first partial becomes the state: no zeros allocated beside it
+            state.acc = p if state.acc is None else state.acc.add_(p)
         return first
     for a, b, g in gg.chunks(chunk_rows):
         uc, ec = u[a:b], _edge_slice(e, gg, a, b)
