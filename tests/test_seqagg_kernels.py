@@ -1,6 +1,7 @@
 """The sequential-aggregation core's sum fold equals one DGL aggregation over all edges, on both
-of its paths: in-place sparse ``addmm_`` (chunks with few edges per destination) and DGL's
-``gspmm`` into a partial result (dense chunks); repeated edges and rows without edges included."""
+of its paths: in-place sparse ``addmm_`` (wide rows, chunks with few edges per destination) and
+DGL's ``gspmm`` into a partial result (dense chunks); repeated edges and rows without edges
+included."""
 from __future__ import annotations
 
 import dgl
@@ -17,11 +18,11 @@ def _group(num_src: int, num_dst: int, num_edges: int, seed: int):
     dst = torch.randint(0, num_dst, (num_edges,), generator=gen)
     src[: num_edges // 10], dst[: num_edges // 10] = src[-(num_edges // 10):], dst[-(num_edges // 10):]
     s, d, _ = sort_by_src(src, dst)
-    return s, d, torch.randn(num_src, 3, 4, generator=gen, dtype=torch.float64)
+    return s, d, torch.randn(num_src, 16, 16, generator=gen, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("num_dst,num_edges,chunk_rows", [
-    (50, 40, 8),     # ~0.1 edges per destination per chunk: every chunk in place
+    (50, 40, 8),     # ~0.1 edges per destination per chunk: every chunk in place (width 256)
     (5, 400, 0),     # 80 per destination: gspmm into a partial
     (20, 200, 16),   # chunks on either side of the threshold
 ])
@@ -31,10 +32,11 @@ def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce)
     gg = GroupGraph(s, d, 64, num_dst)
     edges = [gg.edge_range(a, b) for a, b in gg.bounds(chunk_rows)]
     sparse = [eb - ea for ea, eb in edges if eb - ea < kernels.SPARSE_CHUNK * num_dst]
+    assert 16 * 16 >= kernels.SPARSE_WIDTH  # rows wide enough for the in-place path
     state = kernels.SpmmState(reduce)
     kernels.spmm_fold(state, gg, "copy_lhs", u, None, chunk_rows)
     deg = torch.bincount(d, minlength=num_dst)
-    got = kernels.spmm_finish(state, num_dst, (3, 4), deg, u.dtype)
+    got = kernels.spmm_finish(state, num_dst, (16, 16), deg, u.dtype)
     block = dgl.create_block((s, d), num_src_nodes=64, num_dst_nodes=num_dst)
     ref = dgl.ops.gspmm(block, "copy_lhs", reduce, u, None)
     assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)

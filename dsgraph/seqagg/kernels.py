@@ -9,6 +9,7 @@ sampled training pulls and recomputes them) and return the gradients of those ro
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import dgl
@@ -18,11 +19,14 @@ from dsgraph.errors import ConfigError
 from dsgraph.seqagg.chunks import GroupGraph, chunk_slice
 
 MAX_CHUNKS = 2 ** 15 - 1  # chunk ids of max/min winners are int16
-# Below this many edges per destination a chunk's sum goes in place through torch's sparse
-# addmm_; above it DGL's gspmm into a partial result is faster (measured on one core: 1.1
-# edges per destination, width 512: 2.0 ms vs 5.0 ms; 6.8 per destination, width 64: 3.4 ms
-# vs 0.6 ms).
+# Below SPARSE_CHUNK edges per destination and from SPARSE_WIDTH values per row, a chunk's
+# sum goes in place through torch's sparse addmm_; otherwise DGL's gspmm into a partial result
+# is faster (one core, 1.1 edges per destination: width 512 2.0 ms vs 5.0 ms, 256 1.4 vs 2.3,
+# 128 1.1 vs 0.5; 6.8 per destination, width 64: 3.4 vs 0.6). SAR's widths (<= 128 in its
+# benchmark) stay on gspmm: with the in-place path on its sparse shards, its resident peak rose
+# by ~0.5 MB (random graph, N = 4, SAGE).
 SPARSE_CHUNK = 2
+SPARSE_WIDTH = 256
 
 
 def _edge_slice(e: Optional[torch.Tensor], gg: GroupGraph, a: int, b: int):
@@ -54,11 +58,12 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
     red = "sum" if state.reduce in ("sum", "mean") else state.reduce
     first = state.next_id
     if red == "sum" and op == "copy_lhs":
+        width = math.prod(u.shape[1:])  # values per row
         for a, b in gg.bounds(chunk_rows):
             ea, eb = gg.edge_range(a, b)
             if eb == ea:
                 continue
-            if eb - ea < SPARSE_CHUNK * gg.num_dst:
+            if eb - ea < SPARSE_CHUNK * gg.num_dst and width >= SPARSE_WIDTH:
                 # Few edges per destination: a sparse matrix times the rows, added in place,
                 # costs less than a destination-sized partial result (and its memory).
                 if state.acc is None:
