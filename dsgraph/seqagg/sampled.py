@@ -266,6 +266,7 @@ class _Run:
         self.soft: Optional[kernels.SoftmaxState] = None
         self.final: Optional[torch.Tensor] = None  # the aggregate of every destination
         self.emitted: Optional[torch.Tensor] = None  # what an output run's aggregation returns
+        self.kept: Optional[_Kept] = None  # the aggregate, from forward to backward
         self.src_grad = False  # does what the layer aggregates depend on learnable tensors
         self.captured: tuple = ()
         self.is_gat = isinstance(conv, GATConv)
@@ -345,7 +346,7 @@ class _Run:
         """Destination rows ``[a, b)`` for an output run (GAT without a residual map reads
         none: its destination term is passed precomputed)."""
         if self.is_gat and self.conv.res_fc is None:
-            return torch.zeros((), dtype=self.rb.dtype).expand(b - a, self.rb.width)
+            return self._dst_stub(b - a)
         return self._pull_dst(a, b)
 
     def _compress(self):
@@ -355,11 +356,12 @@ class _Run:
         from dsgraph.compress import compressed
         return compressed(cfg)
 
-    def _dst_stub(self) -> torch.Tensor:
-        """What a group's run gets as destination rows: it stops at the aggregation, before
-        any use of them (GAT's destination term is passed precomputed), so no memory."""
+    def _dst_stub(self, rows: Optional[int] = None) -> torch.Tensor:
+        """Zero-stride destination rows (all by default), for runs that never read them: a
+        group's run stops at the aggregation, and GAT's destination term is precomputed."""
         rb = self.rb
-        return torch.zeros((), dtype=rb.dtype).expand(rb.num_dst, rb.width)
+        return torch.zeros((), dtype=rb.dtype).expand(rb.num_dst if rows is None else rows,
+                                                       rb.width)
 
     def forward(self) -> torch.Tensor:
         rb = self.rb
