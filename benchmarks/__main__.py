@@ -1,9 +1,10 @@
-"""``python -m benchmarks NAME [--quick] [--render]``: run one benchmark (or ``all``) and write its
-report, or only redraw the report from its saved JSON."""
+"""``python -m benchmarks NAME [--quick] [--render] [--datasets A,B]``: run one benchmark (or
+``all``) and write its report, or only redraw the report from its saved JSON."""
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 
 from dsgraph.errors import UserError, cli_main
@@ -20,17 +21,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="CI-size run (seconds)")
     parser.add_argument("--render", action="store_true",
                         help="redraw NAME.md/.png from the saved NAME.json; measures nothing")
+    parser.add_argument("--datasets", default=None,
+                        help="comma-separated datasets to rerun (benchmarks with several, e.g. "
+                             "dsmpnn); the others' records are carried from the saved report")
     args = parser.parse_args(argv)
     names = BENCHMARKS if args.name == "all" else (args.name,)
+    kwargs = {}
+    if args.datasets is not None:
+        kwargs["datasets"] = [d for d in args.datasets.split(",") if d]
+    os.environ.setdefault("OMP_NUM_THREADS", "2")  # before torch is imported
     for name in names:
         if name not in BENCHMARKS:
             raise UserError(f"benchmark {name!r}: unknown; expected one of "
                             + ", ".join(BENCHMARKS) + ", all")
-        os.environ.setdefault("OMP_NUM_THREADS", "2")
+        module = importlib.import_module(f"benchmarks.{name}")
+        if kwargs and (args.render or "datasets" not in inspect.signature(module.run).parameters):
+            raise UserError(f"--datasets: benchmark {name!r} has no datasets to choose"
+                            f"{' when rendering' if args.render else ''}")
         verb = "render" if args.render else "benchmark"
         print(f"== {verb} {name}{' (quick)' if args.quick else ''}", flush=True)
-        module = importlib.import_module(f"benchmarks.{name}")
-        out = module.render(quick=args.quick) if args.render else module.run(quick=args.quick)
+        out = module.render(quick=args.quick) if args.render \
+            else module.run(quick=args.quick, **kwargs)
         print(f"report written to {out.name if hasattr(out, 'name') else out}")
 
 

@@ -24,12 +24,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
-from benchmarks.harness import Report, View, bars, line, median, render_saved, tag
+from benchmarks.harness import (Report, View, bars, line, load_payload, median, render_saved,
+                                reports_dir, tag)
 from dsgraph.config import load
 from dsgraph.data.cache import param_hash
+from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_text
 from dsgraph.metrics import read_summary
 from dsgraph.procstats import reset_peak_rss
@@ -330,6 +333,9 @@ def _notes(payload: dict) -> list[str]:
                      f"{cap['other_cpu_share']:.2f} cores meanwhile). No 2-worker run can beat "
                      f"that factor under the same load.")
     notes.append(MEASURED)
+    for ds, date in payload.get("carried", {}).items():
+        notes.append(f"**{ds} records carried**: this run did not rerun {ds}; its rows (and "
+                     f"capacity check) are those of the run of {date}.")
     for ds in sorted({r["dataset"] for r in rec}):
         parts = []
         for sweep, target in (("nodes", "nodes"), ("edges", "edges_per_node")):
@@ -440,11 +446,38 @@ def render(quick: bool = False) -> Path:
     return render_saved(VIEW, quick)
 
 
-def run(quick: bool) -> Path:
-    """Run the sweeps and write benchmarks/reports/dsmpnn.{json,md,png}."""
-    specs = QUICK if quick else FULL
+def _carry(report: Report, quick: bool, keep: list[str]) -> None:
+    """Copy the records (and capacity check) of datasets ``keep`` from the saved report, and
+    note in ``carried`` the run each came from, so a rerun of one dataset keeps the others."""
+    saved = load_payload(VIEW.name, quick)
+    carried = saved.get("carried", {})
+    for ds in keep:
+        recs = [r for r in saved["records"] if r["dataset"] == ds]
+        if not recs:
+            raise UserError(f"{reports_dir(quick) / VIEW.name}.json: no {ds} records to carry; "
+                            f"rerun {ds} too")
+        report.records.extend(recs)
+        report.extra.setdefault("carried", {})[ds] = carried.get(ds, saved["env"]["date"])
+        if ds in saved.get("capacity", {}):
+            report.extra.setdefault("capacity", {})[ds] = saved["capacity"][ds]
+        if ds in saved.get("settings", {}):
+            report.extra["settings"][ds] = saved["settings"][ds]
+
+
+def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
+    """Run the sweeps and write benchmarks/reports/dsmpnn.{json,md,png}. With ``datasets``, only
+    those run; the other datasets' records are carried from the saved report (``carried``
+    names the run each comes from)."""
+    every = QUICK if quick else FULL
+    unknown = sorted(set(datasets or []) - set(every))
+    if unknown or datasets == []:
+        raise UserError(f"--datasets {','.join(datasets or [])}: expected some of "
+                        f"{', '.join(every)}")
+    specs = {ds: spec for ds, spec in every.items() if datasets is None or ds in datasets}
     report = Report(VIEW, quick, repeats=1)
-    report.extra["settings"] = specs
+    report.extra["settings"] = dict(specs)
+    if len(specs) < len(every):
+        _carry(report, quick, [ds for ds in every if ds not in specs])
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsmpnn-bench-") as tmp:
         out = Path(tmp) if quick else Path(CACHE) / "bench-dsmpnn"

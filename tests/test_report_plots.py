@@ -3,6 +3,7 @@ what their committed JSON renders to."""
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -134,3 +135,47 @@ def test_report_save_writes_json_md_png_and_partial_skips_the_figure(tmp_path, m
     assert "![compression](compression.png)" in first and (tmp_path / "compression.png").exists()
     harness.render_saved(_view("compression"))
     assert (tmp_path / "compression.md").read_text() == first
+
+
+def test_dsmpnn_rerun_of_one_dataset_carries_the_others_from_the_saved_report(tmp_path,
+                                                                              monkeypatch):
+    """``--datasets airfoil``: the Darcy rows, capacity check and settings come from the saved
+    report, and the notes name the run they come from; a second carry keeps that run's date."""
+    from benchmarks import dsmpnn
+
+    committed = _committed("dsmpnn", monkeypatch)
+    monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    (tmp_path / "dsmpnn.json").write_text(json.dumps(committed))
+    report = harness.Report(dsmpnn.VIEW, quick=False)
+    report.extra["settings"] = {"airfoil": dsmpnn.FULL["airfoil"]}
+    dsmpnn._carry(report, False, ["darcy"])
+    darcy = [r for r in committed["records"] if r["dataset"] == "darcy"]
+    assert darcy and report.records == darcy
+    assert report.extra["carried"] == {"darcy": committed["env"]["date"]}
+    assert report.extra["capacity"] == {"darcy": committed["capacity"]["darcy"]}
+    assert report.extra["settings"]["darcy"] == committed["settings"]["darcy"]
+    notes = report.payload()["notes"]
+    assert any(f"run of {committed['env']['date']}" in n and "darcy records carried" in n
+               for n in notes)
+    again = dict(committed, carried={"darcy": "2026-01-01T00:00:00"})
+    (tmp_path / "dsmpnn.json").write_text(json.dumps(again))
+    report = harness.Report(dsmpnn.VIEW, quick=False)
+    report.extra["settings"] = {}
+    dsmpnn._carry(report, False, ["darcy"])
+    assert report.extra["carried"] == {"darcy": "2026-01-01T00:00:00"}
+    (tmp_path / "dsmpnn.json").write_text(json.dumps(dict(committed, records=[])))
+    with pytest.raises(UserError, match="dsmpnn.json: no darcy records to carry"):
+        dsmpnn._carry(harness.Report(dsmpnn.VIEW, quick=False), False, ["darcy"])
+
+
+def test_datasets_option_is_refused_where_it_means_nothing(tmp_path, monkeypatch, capsys):
+    from benchmarks import dsmpnn
+    from benchmarks.__main__ import main
+
+    monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["sar", "--datasets", "darcy"])
+    assert exc.value.code != 0
+    assert "--datasets: benchmark 'sar' has no datasets to choose" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--datasets wing: expected some of darcy, airfoil"):
+        dsmpnn.run(quick=True, datasets=["wing"])

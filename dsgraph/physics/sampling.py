@@ -82,8 +82,10 @@ def cap_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, max_edges: int,
     key = (d64 << np.uint64(64 - bits)) | ((h >> np.uint64(2 * bits)) << np.uint64(bits)) | s64
     order = np.argsort(key)
     d = dst[order]
-    starts = np.searchsorted(d, d, side="left")
-    return order[(np.arange(len(d)) - starts) < max_edges]
+    # Position of each edge within its destination's run of the sorted order.
+    first = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    within = np.arange(len(d)) - np.repeat(first, np.diff(np.r_[first, len(d)]))
+    return order[within < max_edges]
 
 
 def draw_salt(rng: np.random.Generator) -> int:
