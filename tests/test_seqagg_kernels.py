@@ -1,7 +1,7 @@
 """The sequential-aggregation core's sum fold equals one DGL aggregation over all edges, on both
-of its paths: in-place sparse ``addmm_`` (wide rows, chunks with few edges per destination) and
-DGL's ``gspmm`` into a partial result (dense chunks); repeated edges and rows without edges
-included."""
+of its paths: in-place sparse ``addmm_`` (wide rows: chunks with few edges per destination, and
+every chunk once the state exists) and DGL's ``gspmm`` into a partial result (a dense first
+chunk, and every chunk of narrow rows); repeated edges and rows without edges included."""
 from __future__ import annotations
 
 import dgl
@@ -12,13 +12,13 @@ from dsgraph.seqagg import kernels
 from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
 
 
-def _group(num_src: int, num_dst: int, num_edges: int, seed: int):
+def _group(num_src: int, num_dst: int, num_edges: int, seed: int, row: tuple = (16, 16)):
     gen = torch.Generator().manual_seed(seed)
     src = torch.randint(0, num_src, (num_edges,), generator=gen)
     dst = torch.randint(0, num_dst, (num_edges,), generator=gen)
     src[: num_edges // 10], dst[: num_edges // 10] = src[-(num_edges // 10):], dst[-(num_edges // 10):]
     s, d, _ = sort_by_src(src, dst)
-    return s, d, torch.randn(num_src, 16, 16, generator=gen, dtype=torch.float64)
+    return s, d, torch.randn(num_src, *row, generator=gen, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("num_dst,num_edges,chunk_rows", [
@@ -27,8 +27,9 @@ def _group(num_src: int, num_dst: int, num_edges: int, seed: int):
     (20, 200, 16),   # chunks on either side of the threshold
 ])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce):
-    s, d, u = _group(64, num_dst, num_edges, seed=num_edges)
+@pytest.mark.parametrize("row", [(16, 16), (2, 4)], ids=["wide", "narrow"])
+def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce, row):
+    s, d, u = _group(64, num_dst, num_edges, seed=num_edges, row=row)
     gg = GroupGraph(s, d, 64, num_dst)
     edges = [gg.edge_range(a, b) for a, b in gg.bounds(chunk_rows)]
     sparse = [eb - ea for ea, eb in edges if eb - ea < kernels.SPARSE_CHUNK * num_dst]
@@ -36,10 +37,12 @@ def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce)
     state = kernels.SpmmState(reduce)
     kernels.spmm_fold(state, gg, "copy_lhs", u, None, chunk_rows)
     deg = torch.bincount(d, minlength=num_dst)
-    got = kernels.spmm_finish(state, num_dst, (16, 16), deg, u.dtype)
+    got = kernels.spmm_finish(state, num_dst, row, deg, u.dtype)
     block = dgl.create_block((s, d), num_src_nodes=64, num_dst_nodes=num_dst)
     ref = dgl.ops.gspmm(block, "copy_lhs", reduce, u, None)
     assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)
+    if row != (16, 16):
+        return
     if (num_dst, num_edges) == (50, 40):
         assert sparse, "the in-place path was not taken"
     if (num_dst, num_edges) == (5, 400):

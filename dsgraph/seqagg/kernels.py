@@ -63,9 +63,12 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
             ea, eb = gg.edge_range(a, b)
             if eb == ea:
                 continue
-            if eb - ea < SPARSE_CHUNK * gg.num_dst and width >= SPARSE_WIDTH:
+            if width >= SPARSE_WIDTH and (eb - ea < SPARSE_CHUNK * gg.num_dst
+                                          or state.acc is not None):
                 # Few edges per destination: a sparse matrix times the rows, added in place,
-                # costs less than a destination-sized partial result (and its memory).
+                # costs less than a destination-sized partial result. Once the state exists,
+                # wide rows always go in place: a partial beside the state would double the
+                # destination-sized memory at about the same speed.
                 if state.acc is None:
                     state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
                 state.acc.view(gg.num_dst, -1).addmm_(gg.matrix(a, b, u.dtype),

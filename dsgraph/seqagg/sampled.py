@@ -374,6 +374,8 @@ class _Run:
             self.mode = "collect"
             for group in rb.groups:
                 self._call(group, self._dst_stub())
+                self.captured = ()  # the group's rows: folded into the state, not kept
+                group.graph.forget()  # its chunk blocks: rebuilt in backward, not held
         like = torch.zeros((), dtype=rb.dtype)
         if self.is_gat:
             if self.soft is None:  # no edges: no group ran
@@ -397,6 +399,13 @@ class _Run:
             outs.append(self._call(None, self._dst_rows(a, b).detach(), (a, b)).detach())
             keep.add(self.emitted)
         self.final, self.kept = None, keep
+        # The accumulators are the aggregate itself (or, for GAT, its unnormalized sum): with
+        # INT2 the kept copy replaces them, and backward reads only the small softmax terms
+        # (max, denominator) and a max/min aggregation's winners.
+        if self.state is not None:
+            self.state.acc = None
+        if self.soft is not None:
+            self.soft.acc = None
         self.emitted = None
         self.captured = ()
         return torch.cat(outs) if len(outs) > 1 else outs[0]
@@ -444,6 +453,7 @@ class _Run:
                     gu = self._spmm_grad(group, u, g_agg)
                     add(torch.autograd.grad(u, params, gu, allow_unused=True))
                 del u, gu
+                group.graph.forget()
         return grads
 
     def _spmm_grad(self, group: Group, u: torch.Tensor, g_agg: torch.Tensor) -> torch.Tensor:
@@ -476,6 +486,7 @@ class _Run:
                 if g is not None:
                     grads[i] = g if grads[i] is None else grads[i] + g
             del ft, el, er, gft, gel, got
+            group.graph.forget()
         # the destination term's gradient, through its graph rebuilt now (cheaper in memory
         # than keeping the output run's graph, with the destination rows, across the groups)
         for a, b in self._dst_chunks():
