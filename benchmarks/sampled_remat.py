@@ -50,7 +50,10 @@ FEAT_DIMS = (128, 512)
 VARIANTS = ("stock", "remat", "remat_int2")
 HIDDEN = 256
 MODELS = {"sage": {"hidden": HIDDEN, "aggregator": "mean"}, "gat": {"hidden": HIDDEN // 4, "heads": 4}}
-CHUNK_ROWS = 2048  # sar.chunk_rows of the remat variants
+# sar.chunk_rows of the remat variants. SAGE [15, 10, 5], width 512, INT2 (one probe job each,
+# idle machine): 2048 rows 0.52x of stock's memory at 1.16x the batch time, 1024 rows 0.48x at
+# 1.19x; the output runs' destination chunks set the peak, the pulls are mostly cached rows.
+CHUNK_ROWS = 1024
 SETTLED = 0.005  # "accuracy has settled": the last two validation accuracies within 0.5 point
 CACHE = Path("data/bench_sampled_remat")
 # See benchmarks/sar.py: glibc reads it at start, so it is set for every measured process.
