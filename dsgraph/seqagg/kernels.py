@@ -24,7 +24,10 @@ MAX_CHUNKS = 2 ** 15 - 1  # chunk ids of max/min winners are int16
 # is faster (one core, 1.1 edges per destination: width 512 2.0 ms vs 5.0 ms, 256 1.4 vs 2.3,
 # 128 1.1 vs 0.5; 6.8 per destination, width 64: 3.4 vs 0.6). SAR's widths (<= 128 in its
 # benchmark) stay on gspmm: with the in-place path on its sparse shards, its resident peak rose
-# by ~0.5 MB (random graph, N = 4, SAGE).
+# by ~0.5 MB (random graph, N = 4, SAGE). From SPARSE_WIDTH values per row, every chunk after
+# the state exists goes in place too, whatever its density: a partial beside the state doubles
+# the destination-sized memory, and at width 512 with 2-8 edges per destination neither path
+# was consistently faster (one core, measured under load: 2.4-7.4 ms vs 3.2-7.4 ms per chunk).
 SPARSE_CHUNK = 2
 SPARSE_WIDTH = 256
 
@@ -65,10 +68,8 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
                 continue
             if width >= SPARSE_WIDTH and (eb - ea < SPARSE_CHUNK * gg.num_dst
                                           or state.acc is not None):
-                # Few edges per destination: a sparse matrix times the rows, added in place,
-                # costs less than a destination-sized partial result. Once the state exists,
-                # wide rows always go in place: a partial beside the state would double the
-                # destination-sized memory at about the same speed.
+                # A sparse matrix times the rows, added in place: no destination-sized
+                # partial result (see SPARSE_WIDTH for when).
                 if state.acc is None:
                     state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
                 state.acc.view(gg.num_dst, -1).addmm_(gg.matrix(a, b, u.dtype),
