@@ -23,7 +23,7 @@ class GroupGraph:
     """Edges (compact source row -> destination node) of one group, sorted by source row."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int,
-                 idtype: torch.dtype = torch.int64) -> None:
+                 idtype: torch.dtype = torch.int64, cache: bool = True) -> None:
         if src.numel() > 1 and bool((src[1:] < src[:-1]).any()):
             raise ValueError("GroupGraph edges must be sorted by source row")
         self.src, self.dst = src.to(idtype), dst.to(idtype)
@@ -31,7 +31,9 @@ class GroupGraph:
         self.num_edges = int(src.numel())
         # first edge of every source row (num_src + 1 entries): chunk edge ranges are lookups
         self.row_ptr = torch.searchsorted(self.src.long(), torch.arange(num_src + 1))
-        self._blocks: dict[tuple, object] = {}
+        # SAR reuses its shards' blocks every step; a sampled group's are used once per pass,
+        # and keeping them would hold their sparse formats from forward through backward.
+        self._blocks: Optional[dict[tuple, object]] = {} if cache else None
 
     def bounds(self, chunk_rows: int) -> list[tuple[int, int]]:
         """Source-row ranges of the chunks (one range for ``chunk_rows`` 0; none if no edges)."""
@@ -48,7 +50,7 @@ class GroupGraph:
         """Block of rows ``[a, b)`` (compact ids ``- a``) into every destination node; with
         ``reverse`` its edges point back (destinations -> rows), same edge order."""
         key = (a, b, reverse)
-        g = self._blocks.get(key)
+        g = self._blocks.get(key) if self._blocks is not None else None
         if g is None:
             ea, eb = self.edge_range(a, b)
             s, d = self.src[ea:eb] - a, self.dst[ea:eb]
@@ -58,7 +60,8 @@ class GroupGraph:
             else:
                 g = dgl.create_block((s, d), num_src_nodes=b - a, num_dst_nodes=self.num_dst,
                                      idtype=self.idtype)
-            self._blocks[key] = g
+            if self._blocks is not None:
+                self._blocks[key] = g
         return g
 
     def matrix(self, a: int, b: int, dtype: torch.dtype) -> torch.Tensor:
@@ -86,10 +89,6 @@ class GroupGraph:
         m = torch.zeros(self.num_dst, dtype=torch.bool)
         m[self.dst[ea:eb].long()] = True
         return m
-
-    def forget(self) -> None:
-        """Drop cached chunk blocks (sampled groups live for one step)."""
-        self._blocks.clear()
 
     def materialize(self, chunk_rows: int) -> None:
         """Build every chunk block (both directions, sparse formats) now."""

@@ -141,7 +141,8 @@ class RematBlock:
                 edges = torch.repeat_interleave(indptr[piece] - first, count) + torch.arange(n)
                 src = torch.repeat_interleave(torch.arange(piece.numel()), count)
                 self.groups.append(Group(p, piece, self.src_ids[piece],
-                                         GroupGraph(src, dst[edges], piece.numel(), self.num_dst)))
+                                         GroupGraph(src, dst[edges], piece.numel(), self.num_dst,
+                                                    cache=False)))
         self.width, self.dtype = width, dtype
 
     def placeholder(self, width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -375,7 +376,6 @@ class _Run:
             for group in rb.groups:
                 self._call(group, self._dst_stub())
                 self.captured = ()  # the group's rows: folded into the state, not kept
-                group.graph.forget()  # its chunk blocks: rebuilt in backward, not held
         like = torch.zeros((), dtype=rb.dtype)
         if self.is_gat:
             if self.soft is None:  # no edges: no group ran
@@ -453,7 +453,6 @@ class _Run:
                     gu = self._spmm_grad(group, u, g_agg)
                     add(torch.autograd.grad(u, params, gu, allow_unused=True))
                 del u, gu
-                group.graph.forget()
         return grads
 
     def _spmm_grad(self, group: Group, u: torch.Tensor, g_agg: torch.Tensor) -> torch.Tensor:
@@ -486,7 +485,6 @@ class _Run:
                 if g is not None:
                     grads[i] = g if grads[i] is None else grads[i] + g
             del ft, el, er, gft, gel, got
-            group.graph.forget()
         # the destination term's gradient, through its graph rebuilt now (cheaper in memory
         # than keeping the output run's graph, with the destination rows, across the groups)
         for a, b in self._dst_chunks():
