@@ -478,12 +478,11 @@ def _notes(payload: dict) -> list[str]:
                              f"(the 0.30 target is set for the community graph, the issue's "
                              f"reference setting; here {side} 0.30)")
             c4 = _find(recs, graph=g, model=m, mode="sar", workers=4, chunk_rows=SAR_CHUNK)
-            if c4 and c4.get("act_ratio") is not None:
+            if c4 and c4.get("act_ratio") is not None and r4:
                 lines.append(f"- {g}/{m}: SAR N=4 with sar.chunk_rows {SAR_CHUNK}: activation "
                              f"{c4['act_ratio']:.2f}x plain DGL (target <= 0.30: "
                              f"{'met' if c4['act_ratio'] <= 0.30 else 'MISSED'}), epoch "
-                             f"{c4['epoch_s']:.3g} s vs {r4['epoch_s']:.3g} s unchunked"
-                             if r4 else "")
+                             f"{c4['epoch_s']:.3g} s vs {r4['epoch_s']:.3g} s unchunked")
             if r1 and r1.get("act_ratio") is not None:
                 lines.append(f"- {g}/{m}: SAR N=1 activation {r1['act_ratio']:.2f}x plain DGL "
                              f"(target <= 1.1: {'met' if r1['act_ratio'] <= 1.1 else 'MISSED'})")
