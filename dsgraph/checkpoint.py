@@ -144,7 +144,7 @@ def _flatten(prefix: str, data: dict[str, Any]) -> list[tuple[str, Any]]:
 _FINGERPRINT_SECTIONS = ("model", "dataset", "partition", "physics")
 # Where a file lives, or how a cache is named, does not change what the weights mean.
 _NOT_FINGERPRINTED = ("dataset.cache_dir", "partition.out_dir", "partition.graph_name",
-                      "physics.gen_workers", "physics.infer_repeats",
+                      "physics.gen_workers", "physics.infer_repeats", "physics.infer_passes",
                       # evaluation data only: the weights do not depend on them
                       "dataset.test_path", "dataset.transfer_path", "physics.test_resolution",
                       "physics.test_points")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -180,3 +181,51 @@ def test_datasets_option_is_refused_where_it_means_nothing(tmp_path, monkeypatch
     assert "--datasets: benchmark 'sar' has no datasets to choose" in capsys.readouterr().err
     with pytest.raises(UserError, match="--datasets wing: expected some of darcy, airfoil"):
         dsmpnn.run(quick=True, datasets=["wing"])
+
+
+def test_dsmpnn_parity_verdict_is_the_mean_over_training_seeds():
+    """One seed 2.5% apart fails alone; over three seeds the means are 0.5% apart and the note
+    says so, quoting every seed's gap and both inference passes' times."""
+    from benchmarks import dsmpnn
+
+    def row(p, rmse, infer):
+        return {"dataset": "airfoil", "sweep": "workers", "workers": p, "test_rmse": rmse,
+                "epoch_s": 20.0 / p, "infer_s": infer, "infer_s_all": [infer, infer + 1.0],
+                "peak_rss_mb": 900.0}
+
+    records = [row(1, 0.200, 16.0), row(2, 0.205, 10.0)]
+    alone = " ".join(dsmpnn._notes({"records": records}))
+    assert "+2.50%; target within 2%: NOT met" in alone
+    assert "inference 1.60x (10.00 s vs 16.00 s, median passes (P=1 16.00 / 17.00; P=2 " \
+           "10.00 / 11.00 s); target >= 1.5x: met" in alone
+    parity = [{"seed": s, "workers": p, "test_rmse": v} for s, p, v in
+              [(0, 1, 0.200), (0, 2, 0.205), (1, 1, 0.210), (1, 2, 0.2073),
+               (2, 1, 0.190), (2, 2, 0.191), (3, 1, 0.5)]]  # seed 3 has no P = 2 run
+    seeds = " ".join(dsmpnn._notes({"records": records, "parity": {"airfoil": parity}}))
+    assert "over 3 training seeds mean RMSE 0.2011 vs 0.2000, +0.55% (per seed +2.50%, " \
+           "-1.29%, +0.53%); target within 2% for the mean: met" in seeds
+    assert dsmpnn._seed_means(parity[:2]) is None  # one seed: the single gap decides
+
+
+def test_dsmpnn_job_pool_gives_a_two_worker_job_both_cores(tmp_path):
+    """Two 1-worker jobs share the two slots; the 2-worker job after them runs alone; a job
+    whose folder holds a metrics.json is skipped; a failing job raises with its log."""
+    from benchmarks import dsmpnn
+
+    def job(name, cores, fail=False):
+        code = (f"import time; open({str(tmp_path / name)!r}, 'w').write("
+                f"f'{{time.time()}} '); time.sleep(0.6); "
+                f"open({str(tmp_path / name)!r}, 'a').write(f'{{time.time()}}')"
+                + ("; raise SystemExit('boom')" if fail else ""))
+        return [sys.executable, "-c", code], tmp_path / "runs" / name, cores
+
+    done = tmp_path / "runs" / "done"
+    done.mkdir(parents=True)
+    (done / "metrics.json").write_text("{}")
+    dsmpnn._run_cmds([job("a", 1), job("b", 1), job("c", 2), job("done", 1)], slots=2)
+    span = {n: [float(v) for v in (tmp_path / n).read_text().split()] for n in "abc"}
+    assert span["a"][0] < span["b"][1] and span["b"][0] < span["a"][1]  # overlapped
+    assert span["c"][0] >= max(span["a"][1], span["b"][1])  # alone, after both
+    assert not (tmp_path / "done").exists()
+    with pytest.raises(RuntimeError, match="(?s)run bad failed:.*boom"):
+        dsmpnn._run_cmds([job("bad", 1, fail=True)], slots=2)

@@ -228,6 +228,8 @@ class PhysicsConfig:
                                                                     "subdomains")
     gen_workers: int = opt(2, "processes generating the dataset", ge=1)
     infer_repeats: int = opt(2, "full-field inference: random covers averaged", ge=1)
+    infer_passes: int = opt(1, "evaluation predicts the test fields this many times; "
+                               "`infer_s` is the median pass (steadier timings)", ge=1)
 
 
 @dataclass

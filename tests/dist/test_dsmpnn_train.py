@@ -56,8 +56,13 @@ def test_darcy_two_workers_train_resume(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     straight = tmp_path / "straight"
     whole = _train(["--config", "configs/darcy.yaml", "--out", str(straight),
-                    *_sets(tmp_path, ["train.epochs=3"])])
+                    *_sets(tmp_path, ["train.epochs=3", "physics.infer_passes=3"])])
     assert whole.returncode == 0, whole.stderr[-2000:]
+    timed = json.loads((straight / "metrics.json").read_text())
+    assert len(timed["infer_s_all"]) == 3 and timed["infer_s"] == sorted(timed["infer_s_all"])[1]
+    # Repeated timing passes predict the same fields as one pass of the retraced run.
+    after = json.loads((run / "metrics.json").read_text())
+    assert timed["test_rmse"] == pytest.approx(after["test_rmse"], rel=1e-5)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     ref = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in lines] == [1, 2, 3]
