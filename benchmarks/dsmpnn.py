@@ -78,9 +78,10 @@ SIZE_KEY = {"darcy": ("physics.resolution", "physics.test_resolution"),
 # sampled graph P = 2 computes P = 1's gradients to float32 rounding (tests), and Darcy's runs
 # stay 1e-7 apart, but the airfoil's unstable first epochs amplify that rounding into another
 # trajectory (epoch 1 losses 3e-7 apart, epoch 2 2% apart; test RMSE 0.9% apart after 12
-# epochs, 2.1% after 24), as another seed would: its parity is the mean over three training
-# seeds (``parity_seeds`` besides the config's), run as accuracy-only jobs. Inference averages random covers: 8 on Darcy (s = 500: relative
-# L2 0.080 / 0.070 / 0.065 / 0.062 with 1 / 2 / 4 / 8), 4 on the airfoil.
+# epochs, 2.1% after 24), as another seed would (seeds alone spread 0.161..0.194 at 36): its
+# parity is the mean over three training seeds (``parity_seeds`` besides the config's), run as
+# accuracy-only jobs. Inference averages random covers: 8 on Darcy (s = 500: relative L2
+# 0.080 / 0.070 / 0.065 / 0.062 with 1 / 2 / 4 / 8), 4 on the airfoil.
 FULL = {
     "darcy": {"config": "configs/darcy.yaml",
               "set": ["physics.train_samples=100", "physics.test_samples=10", "train.epochs=20",
