@@ -276,7 +276,8 @@ def _capacity(spec: dict, out: Path, alone: dict) -> dict:
     get through independent work than one under the load of the moment, which bounds what any
     2-worker speed-up can reach. Compares the second epoch with the P=1 run's median epoch."""
     s0, e0 = spec["base"]
-    sets = _settings(spec, "workers", s0, e0, 1) + ["train.epochs=2"]
+    # Epoch times only: one inference pass, not the workers runs' timed ones.
+    sets = _settings(spec, "workers", s0, e0, 1) + ["train.epochs=2", "physics.infer_passes=1"]
     key = param_hash({"config": spec["config"], "set": sets})
     dirs = [out / f"capacity-{Path(spec['config']).stem}-{k}-{key}" for k in range(2)]
     load0, (busy0, own0), t0 = os.getloadavg()[0], _cpu_seconds(), time.perf_counter()

@@ -95,7 +95,8 @@ def _swap(payload: dict[int, torch.Tensor], sizes: dict[int, int], width: int,
     """Send payload[q] to each q and receive sizes[q] rows from each q, in one all-to-all over
     every worker (each calls it for every exchange; empty parts for the others). On gloo it
     costs a tenth of an isend/irecv pair: 0.19 vs 1.85 ms for 180 x 16 floats between two
-    processes on one host, and a DS-MPNN step makes about eight exchanges."""
+    processes on one host; a 3-layer DS-MPNN training step makes four (two forward, two
+    backward)."""
     world = dist.get_world_size()
     parts = [payload[q] if q in payload else torch.empty(0, width, dtype=dtype)
              for q in range(world)]
