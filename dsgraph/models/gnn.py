@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Optional, Sequence
 
+import dgl
 import dgl.nn as dglnn
 import torch
 from torch import nn
@@ -72,12 +73,57 @@ class GraphSAGE(StackedGNN):
 
 
 class GCN(StackedGNN):
-    """GCN with ``dgl.nn.GraphConv`` (symmetric normalisation, zero in-degree allowed)."""
+    """GCN with ``dgl.nn.GraphConv`` layers (:class:`LeanGraphConv`: symmetric normalisation,
+    zero in-degree allowed)."""
 
     def __init__(self, in_feats: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  norm: str = "both", dropout: float = 0.0) -> None:
-        super().__init__([dglnn.GraphConv(i, o, norm=norm, allow_zero_in_degree=True)
+        super().__init__([LeanGraphConv(i, o, norm=norm, allow_zero_in_degree=True)
                           for i, o in _dims(in_feats, hidden, num_classes, num_layers)], dropout)
+
+
+class LeanGraphConv(dglnn.GraphConv):
+    """``dgl.nn.GraphConv`` whose forward on DGL graphs and blocks holds fewer node-sized
+    tensors at once.
+
+    GraphConv keeps its degree-scaled input in ``srcdata`` and its aggregate in ``dstdata``
+    until it returns, so at its output scaling five node-sized tensors are alive (the input,
+    both of those, the product and the scaled output). The same steps as one chain of
+    temporaries free each one as the next exists: three are alive at most, plus what autograd
+    saves (with INT2-compressed saves, that forward transient is a GCN step's peak:
+    benchmarks/compression.py). Same parameters, same result to rounding
+    (tests/test_models.py). Other graph views (full-batch SAR, rematerialized blocks) and
+    calls with edge weights or a (src, dst) pair run GraphConv's own forward.
+    """
+
+    def forward(self, graph, feat, weight=None, edge_weight=None):
+        """As ``GraphConv.forward``; the lean path for a DGL graph and one feature tensor."""
+        if not isinstance(graph, dgl.DGLGraph) or not isinstance(feat, torch.Tensor) \
+                or weight is not None or edge_weight is not None \
+                or not self._allow_zero_in_degree:
+            return super().forward(graph, feat, weight, edge_weight)
+        h = feat
+        if self._norm in ("left", "both"):
+            h = h * _degree_factor(graph.out_degrees(), self._norm, h)
+        if self.weight is not None and self._in_feats > self._out_feats:
+            h = dgl.ops.copy_u_sum(graph, h @ self.weight)  # aggregate the narrower side
+        else:
+            h = dgl.ops.copy_u_sum(graph, h)
+            if self.weight is not None:
+                h = h @ self.weight
+        if self._norm in ("right", "both"):
+            h = h * _degree_factor(graph.in_degrees(), self._norm, h)
+        if self.bias is not None:
+            h = h + self.bias
+        return self._activation(h) if self._activation is not None else h
+
+
+def _degree_factor(degrees: torch.Tensor, norm: str, like: torch.Tensor) -> torch.Tensor:
+    """GraphConv's per-node factor, shaped to broadcast over ``like``'s rows: degree^-1/2 for
+    ``'both'``, else 1/degree (degrees clamped to >= 1)."""
+    d = degrees.to(like).clamp(min=1)
+    d = d.pow(-0.5) if norm == "both" else d.reciprocal()
+    return d.view((-1,) + (1,) * (like.dim() - 1))
 
 
 class GAT(StackedGNN):

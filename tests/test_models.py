@@ -1,0 +1,81 @@
+"""Built-in models: the GCN's lean GraphConv forward equals dgl.nn.GraphConv's."""
+from __future__ import annotations
+
+import dgl
+import dgl.nn as dglnn
+import pytest
+import torch
+
+from dsgraph.models.gnn import GCN, LeanGraphConv
+from dsgraph.models.registry import build_model
+
+
+def _graph() -> dgl.DGLGraph:
+    """A random graph with isolated nodes (zero in- and out-degrees) and repeated edges."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(0, 250, (1500,), generator=g)
+    dst = torch.randint(0, 250, (1500,), generator=g)
+    return dgl.graph((torch.cat([src, src[:100]]), torch.cat([dst, dst[:100]])), num_nodes=300)
+
+
+def _pair(norm: str, i: int, o: int, bias: bool = True) -> tuple[dglnn.GraphConv, LeanGraphConv]:
+    ref = dglnn.GraphConv(i, o, norm=norm, bias=bias, allow_zero_in_degree=True).double()
+    torch.nn.init.normal_(ref.bias) if bias else None  # DGL starts the bias at 0
+    lean = LeanGraphConv(i, o, norm=norm, bias=bias, allow_zero_in_degree=True).double()
+    lean.load_state_dict(ref.state_dict())
+    return ref, lean
+
+
+def _outputs_and_grads(conv, graph, x: torch.Tensor) -> list[torch.Tensor]:
+    x = x.clone().requires_grad_(True)
+    out = conv(graph, x)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    grads = [x.grad] + [p.grad for p in conv.parameters()]
+    conv.zero_grad()
+    return [out.detach()] + grads
+
+
+@pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
+@pytest.mark.parametrize("dims", [(16, 8), (8, 16)])  # matmul before / after aggregating
+@pytest.mark.parametrize("on_block", [False, True])
+def test_lean_graphconv_equals_graphconv(norm, dims, on_block):
+    graph = _graph()
+    if on_block:  # a sampled block: source out-degrees are counted within the block
+        seeds = torch.arange(0, 300, 3)
+        graph = dgl.to_block(dgl.in_subgraph(graph, seeds), seeds)
+    x = torch.randn(graph.num_src_nodes(), dims[0], dtype=torch.float64)
+    ref, lean = _pair(norm, *dims)
+    for a, b in zip(_outputs_and_grads(ref, graph, x), _outputs_and_grads(lean, graph, x)):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+def test_lean_graphconv_without_bias_and_in_float32():
+    graph = _graph()
+    ref, lean = _pair("both", 8, 8, bias=False)
+    ref, lean = ref.float(), lean.float()
+    x = torch.randn(300, 8)
+    torch.testing.assert_close(lean(graph, x), ref(graph, x), rtol=1e-5, atol=1e-6)
+
+
+def test_other_graph_views_and_arguments_run_graphconv_itself(monkeypatch):
+    """SAR graphs, rematerialized blocks, edge weights, a (src, dst) pair: GraphConv's forward."""
+    calls = []
+    real = dglnn.GraphConv.forward
+    monkeypatch.setattr(dglnn.GraphConv, "forward",
+                        lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    graph = _graph()
+    ref, lean = _pair("both", 4, 4)
+    x = torch.randn(300, 4, dtype=torch.float64)
+    lean(graph, x)
+    assert calls == []
+    w = torch.rand(graph.num_edges(), dtype=torch.float64) + 0.5
+    torch.testing.assert_close(lean(graph, x, edge_weight=w), real(ref, graph, x, edge_weight=w))
+    lean(graph, (x, x))
+    assert len(calls) == 2
+
+
+def test_gcn_model_uses_the_lean_layer_and_keeps_its_state_dict_keys():
+    model = build_model("gcn", 5, 3, {"hidden": 8, "num_layers": 3})
+    assert isinstance(model, GCN) and all(type(m) is LeanGraphConv for m in model.layers)
+    stock = torch.nn.ModuleList(dglnn.GraphConv(i, o) for i, o in [(5, 8), (8, 8), (8, 3)])
+    assert set(model.layers.state_dict()) == set(stock.state_dict())
