@@ -200,7 +200,8 @@ class SarConfig:
                "parts), `one_shot` (all halo rows at once)")
     prefetch: bool = opt(False, "post the next ring round's transfers before aggregating this "
                                 "one (one more remote block alive)")
-    chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (SAR and "
+    chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (SAR, "
+                             "where remote rows also move in pieces of this many rows, and "
                              "`sampled.rematerialize`, where it also bounds the destination rows "
                              "of each output run); 0 = a whole group at once", ge=0)
 

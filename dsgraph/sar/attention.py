@@ -26,7 +26,6 @@ from typing import Optional
 import torch
 from dgl import DGLError
 
-from dsgraph.sar.comm import GradPush
 from dsgraph.sar.graph import SarGraph
 from dsgraph.sar.ops import Runtime
 from dsgraph.seqagg import kernels
@@ -49,12 +48,12 @@ class GatAttention(SavePolicyFunction):
         plan = rt.plan
         n, heads = plan.num_local, ft.shape[1]
         st = kernels.SoftmaxState(n, heads, ft)
-        for j, rows in rt.fetch((ft, el)):
-            if j != plan.rank and not plan.shard_has_edges(j):
+        for j, a, rows in rt.fetch_rows((ft, el)):
+            if j != plan.rank and (not plan.shard_has_edges(j) or rows[0].shape[0] == 0):
                 continue
             ftj, elj = rows
             del rows
-            kernels.attention_fold(st, plan.group(j), ftj, elj, er, slope, rt.chunk_rows)
+            kernels.attention_fold(st, plan.group(j), ftj, elj, er, slope, rt.chunk_rows, a)
             del ftj, elj
         acc = kernels.attention_finish(st, n, tuple(ft.shape[1:]), ft)
         ctx.rt, ctx.slope = rt, slope
@@ -70,37 +69,35 @@ class GatAttention(SavePolicyFunction):
         k, n = plan.rank, plan.world
         # pass 1: D_i = sum_j a_ij <g_i, ft_j>, the softmax-gradient term every edge of i needs
         dsum = torch.zeros_like(den)
-        for j, rows in rt.fetch((ft, el)):
-            if j != k and not plan.shard_has_edges(j):
+        for j, a, rows in rt.fetch_rows((ft, el)):
+            if j != k and (not plan.shard_has_edges(j) or rows[0].shape[0] == 0):
                 continue
             ftj, elj = rows
             del rows
             kernels.attention_dsum(dsum, plan.group(j), ftj, elj, er, m, den, gout, slope,
-                                   rt.chunk_rows)
+                                   rt.chunk_rows, a)
             del ftj, elj
         # pass 2: gradients of each part's ft and el rows (sent to the owner) and of local er
         grad_ft: Optional[torch.Tensor] = None
         grad_el: Optional[torch.Tensor] = None
         grad_er = torch.zeros_like(er)
-        push = GradPush(rt.comm, plan.need, plan.send_rows, None,
-                        [tuple(ft.shape[1:]), tuple(el.shape[1:])], ft.dtype,
-                        rt.prefetch) if n > 1 else None
-        for j, rows in rt.fetch((ft, el)):
-            if j != k and not plan.shard_has_edges(j):
-                if push is not None:
-                    push.push((k - j) % n, None)
+        push = rt.pusher(None, [tuple(ft.shape[1:]), tuple(el.shape[1:])], ft.dtype) \
+            if n > 1 else None
+        for j, a, rows in rt.fetch_rows((ft, el)):
+            if j != k and (not plan.shard_has_edges(j) or rows[0].shape[0] == 0):
+                push.push(j, a, None)
                 continue
             ftj, elj = rows
             del rows
             gft, gel = kernels.attention_grads(plan.group(j), ftj, elj, er, m, den, gout, dsum,
-                                               slope, rt.chunk_rows, grad_er)
+                                               slope, rt.chunk_rows, grad_er, a)
             del ftj, elj
             if j == k:
                 grad_ft, grad_el = gft, gel
                 if push is not None:
                     push.grad_x = [grad_ft, grad_el]
             else:
-                push.push((k - j) % n, (gft, gel))
+                push.push(j, a, (gft, gel))
             del gft, gel
         if push is not None:
             push.finish()

@@ -19,7 +19,7 @@ from typing import Optional
 import dgl
 import torch
 
-from dsgraph.sar.comm import Comm, GradPush, ring_fetch
+from dsgraph.sar.comm import Comm, GradPush, PiecePush, fetch_pieces, ring_fetch
 from dsgraph.sar.plan import ShardPlan
 from dsgraph.seqagg import kernels
 
@@ -49,6 +49,34 @@ class Runtime:
         """Ring over parts yielding (part, rows needed from it); local part first."""
         return ring_fetch(self.comm, self.plan.need, self.plan.send_rows, x, self.prefetch)
 
+    @property
+    def piecewise(self) -> bool:
+        """Whether remote rows move in pieces of ``chunk_rows`` (see ``dsgraph.sar.comm``)."""
+        return self.mode == "sar" and self.chunk_rows > 0 and self.plan.world > 1
+
+    def fetch_rows(self, x):
+        """Ring over parts yielding ``(part, a, rows)``: the rows needed from the part from row
+        ``a`` on; local part first (whole). In pieces when :attr:`piecewise`, else whole parts
+        (``a`` 0). The consumer must drop each before asking for the next."""
+        if self.piecewise:
+            yield from fetch_pieces(self.comm, self.plan.pieces(self.chunk_rows),
+                                    self.plan.send_rows, x)
+            return
+        for j, rows in self.fetch(x):
+            yield j, 0, rows
+            del rows
+
+    def pusher(self, grad_x, row_shape, dtype: torch.dtype, pieces: bool = True):
+        """Returns gradients of what :meth:`fetch_rows` (``pieces``, else :meth:`fetch`)
+        brought: ``push(part, a, grads)`` for every item after the local part, in order; then
+        ``finish()``."""
+        plan = self.plan
+        if pieces and self.piecewise:
+            return PiecePush(self.comm, plan.pieces(self.chunk_rows), plan.send_rows, grad_x,
+                             row_shape, dtype)
+        return GradPush(self.comm, plan.need, plan.send_rows, grad_x, row_shape, dtype,
+                        self.prefetch)
+
 
 _sum_to = kernels._sum_to
 
@@ -77,15 +105,17 @@ def _is_linear(spec: OpSpec, v_grad: bool, e_grad: bool) -> bool:
 
 def _linear_grads(spec: OpSpec, plan: ShardPlan, j: int, gout: torch.Tensor,
                   u_shape: tuple, v: Optional[torch.Tensor], ej: Optional[torch.Tensor],
-                  need_u: bool, need_v: bool, need_e: bool, chunk_rows: int = 0):
-    """Gradients of one shard of a linear op: (u rows of shard j, v contribution, e slice)."""
+                  need_u: bool, need_v: bool, need_e: bool, chunk_rows: int = 0,
+                  rows: Optional[tuple[int, int]] = None):
+    """Gradients of one shard of a linear op: (u rows of shard j, or of its rows ``[a, b)``
+    (spmm only), v contribution, e slice)."""
     gu = gv = ge = None
     if spec.kind == "spmm":
         if need_u:
             per_edge = spec.op == "copy_lhs" and spec.reduce == "mean"
             gu = kernels.spmm_linear_grad(
                 plan.group(j), spec.op, gout, ej, u_shape, chunk_rows,
-                plan.edge_dst_degree(j, gout.dtype) if per_edge else None)
+                plan.edge_dst_degree(j, gout.dtype) if per_edge else None, rows)
         return gu, gv, ge
     # sddmm add/sub/copy: d out / d operand = +-1 per edge
     sign = {"lhs": 1.0, "rhs": -1.0 if spec.op == "sub" else 1.0}
@@ -190,8 +220,11 @@ class ShardOp(torch.autograd.Function):
         # Gradient buffers are taken over from the local shard (processed first) when it
         # already covers them, so no zero-filled copy of u or e stays alive beside it.
         grads = {"u": None, "v": torch.zeros_like(v) if need_v else None, "e": None}
-        push = GradPush(rt.comm, plan.need, plan.send_rows, None, tuple(u.shape[1:]), u.dtype,
-                        rt.prefetch) if need_u and plan.world > 1 else None
+        # a linear aggregation returns its remote gradients in pieces when transfers go in
+        # pieces (its forward fetched them so); the other paths fetch whole parts again
+        pieces = ctx.linear and rt.piecewise and spec.kind == "spmm"
+        push = rt.pusher(None, tuple(u.shape[1:]), u.dtype, pieces) \
+            if need_u and plan.world > 1 else None
 
         def shard_grad(j: int) -> torch.Tensor:
             if spec.kind == "sddmm":
@@ -218,10 +251,25 @@ class ShardOp(torch.autograd.Function):
                     if push is not None:
                         push.grad_x = grads["u"]
             elif push is not None:
-                push.push((plan.rank - j) % plan.world, gu)
+                push.push(j, 0, gu)
 
         order = [(plan.rank - r) % plan.world for r in range(plan.world)]
-        if ctx.linear:
+        if pieces:
+            # the local part whole, then each remote part's gradient piece by piece, each
+            # returned to its owner as it is computed
+            j = plan.rank
+            deliver(j, *_linear_grads(spec, plan, j, shard_grad(j), ctx.u_shape, v,
+                                      plan.edge_slice(e, j), need_u, need_v, need_e,
+                                      rt.chunk_rows))
+            for p in plan.pieces(rt.chunk_rows) if push is not None else ():
+                gu = None
+                if p.rows[1] > p.rows[0] and plan.shard_has_edges(p.src):
+                    gu = _linear_grads(spec, plan, p.src, shard_grad(p.src), ctx.u_shape, v,
+                                       plan.edge_slice(e, p.src), True, False, False,
+                                       rt.chunk_rows, p.rows)[0]
+                push.push(p.src, p.rows[0], gu)
+                del gu
+        elif ctx.linear:
             for j in order:
                 if j != plan.rank and not plan.shard_has_edges(j):
                     deliver(j, None, None, None)
@@ -280,11 +328,12 @@ def _core_spmm(ctx, rt: Runtime, spec: OpSpec, u: torch.Tensor,
     plan = rt.plan
     state = kernels.SpmmState(spec.reduce)
     first: dict[int, int] = {}
-    for j, uj in rt.fetch(u):
-        if j != plan.rank and not plan.shard_has_edges(j):
+    for j, a, uj in rt.fetch_rows(u):
+        if j != plan.rank and (not plan.shard_has_edges(j) or uj.shape[0] == 0):
             continue
-        first[j] = kernels.spmm_fold(state, plan.group(j), spec.op, uj, plan.edge_slice(e, j),
-                                     rt.chunk_rows)
+        f = kernels.spmm_fold(state, plan.group(j), spec.op, uj, plan.edge_slice(e, j),
+                              rt.chunk_rows, a)
+        first.setdefault(j, f)
         del uj
     rows = tuple(u.shape[1:]) if spec.op == "copy_lhs" or e is None else \
         tuple(torch.broadcast_shapes(tuple(u.shape[1:]), tuple(e.shape[1:])))

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dsgraph.partition.reader import LocalPartition
+from dsgraph.sar.comm import Piece, ring_pieces
 from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
 
 
@@ -84,6 +85,8 @@ class ShardPlan:
             if self.num_edges else torch.zeros(nl, dtype=torch.int64)
         self.out_degrees = torch.zeros(nl, dtype=torch.int64)
         self.any_remote = False
+        self.need_table: list[list[int]] = [list(self.need)]  # [k][j]: rows k needs from j
+        self._pieces: dict[int, list[Piece]] = {}
         self._setup_exchange()
 
     def _setup_exchange(self) -> None:
@@ -97,6 +100,7 @@ class ShardPlan:
         need = torch.tensor(self.need, dtype=torch.int64)
         table = [torch.empty(n, dtype=torch.int64) for _ in range(n)]
         dist.all_gather(table, need)
+        self.need_table = [t.tolist() for t in table]
         sizes = [int(table[j][k]) for j in range(n)]  # rows part j needs from me
         self.any_remote = any(int(t.sum()) > 0 for t in table)
         self.send_rows = _exchange(k, n, self.need_rows, sizes, torch.int64)
@@ -107,6 +111,13 @@ class ShardPlan:
         for j in range(n):
             if j != k and got[j].numel():
                 self.out_degrees.index_add_(0, self.send_rows[j], got[j])
+
+    def pieces(self, piece_rows: int) -> list[Piece]:
+        """This worker's ring exchanges in pieces of at most ``piece_rows`` rows (cached)."""
+        got = self._pieces.get(piece_rows)
+        if got is None:
+            got = self._pieces[piece_rows] = ring_pieces(self.need_table, self.rank, piece_rows)
+        return got
 
     # --- graphs (built lazily: a mode uses either the shards or the whole local block) -----
 

@@ -35,12 +35,16 @@ class GroupGraph:
         # and keeping them would hold their sparse formats from forward through backward.
         self._blocks: Optional[dict[tuple, object]] = {} if cache else None
 
-    def bounds(self, chunk_rows: int) -> list[tuple[int, int]]:
-        """Source-row ranges of the chunks (one range for ``chunk_rows`` 0; none if no edges)."""
-        if self.num_edges == 0:
+    def bounds(self, chunk_rows: int, lo: int = 0,
+               hi: Optional[int] = None) -> list[tuple[int, int]]:
+        """Source-row ranges of the chunks of rows ``[lo, hi)`` (default all; one range for
+        ``chunk_rows`` 0; none if no edges). A ``lo`` at a multiple of ``chunk_rows`` gives the
+        same chunks as the whole group does there (SAR's transfer pieces rely on that)."""
+        hi = self.num_src if hi is None else hi
+        if self.num_edges == 0 or hi <= lo:
             return []
-        step = self.num_src if chunk_rows <= 0 else chunk_rows
-        return [(a, min(a + step, self.num_src)) for a in range(0, self.num_src, step)]
+        step = hi - lo if chunk_rows <= 0 else chunk_rows
+        return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
     def edge_range(self, a: int, b: int) -> tuple[int, int]:
         """Edge slice of source rows ``[a, b)``."""
@@ -76,9 +80,11 @@ class GroupGraph:
                                            torch.ones(eb - ea, dtype=dtype),
                                            (self.num_dst, b - a))
 
-    def chunks(self, chunk_rows: int, reverse: bool = False) -> Iterator[tuple[int, int, object]]:
-        """``(a, b, block)`` per chunk of at most ``chunk_rows`` rows that has edges."""
-        for a, b in self.bounds(chunk_rows):
+    def chunks(self, chunk_rows: int, reverse: bool = False, lo: int = 0,
+               hi: Optional[int] = None) -> Iterator[tuple[int, int, object]]:
+        """``(a, b, block)`` per chunk of at most ``chunk_rows`` rows of ``[lo, hi)`` that has
+        edges."""
+        for a, b in self.bounds(chunk_rows, lo, hi):
             ea, eb = self.edge_range(a, b)
             if eb > ea:
                 yield a, b, self.block(a, b, reverse)

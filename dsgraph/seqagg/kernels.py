@@ -55,14 +55,16 @@ class SpmmState:
 
 
 def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
-              e: Optional[torch.Tensor], chunk_rows: int) -> int:
+              e: Optional[torch.Tensor], chunk_rows: int, row0: int = 0) -> int:
     """Fold ``gspmm(op, reduce)`` of group ``gg`` (rows ``u``, edge values ``e`` in the group's
-    edge order) into ``state``, chunk by chunk; return the id of the group's first chunk."""
+    edge order) into ``state``, chunk by chunk; return the id of the first chunk folded. ``u``
+    may be a piece of the group: its rows ``[row0, row0 + len(u))``."""
     red = "sum" if state.reduce in ("sum", "mean") else state.reduce
     first = state.next_id
+    lo, hi = row0, row0 + u.shape[0]
     if red == "sum" and op == "copy_lhs":
         width = math.prod(u.shape[1:])  # values per row
-        for a, b in gg.bounds(chunk_rows):
+        for a, b in gg.bounds(chunk_rows, lo, hi):
             ea, eb = gg.edge_range(a, b)
             if eb == ea:
                 continue
@@ -73,14 +75,14 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
                 if state.acc is None:
                     state.acc = u.new_zeros((gg.num_dst,) + tuple(u.shape[1:]))
                 state.acc.view(gg.num_dst, -1).addmm_(gg.matrix(a, b, u.dtype),
-                                                      u[a:b].reshape(b - a, -1))
+                                                      u[a - lo:b - lo].reshape(b - a, -1))
                 continue
-            p = dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a:b], None)
+            p = dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a - lo:b - lo], None)
             # the first partial becomes the state: no zeros allocated beside it
             state.acc = p if state.acc is None else state.acc.add_(p)
         return first
-    for a, b, g in gg.chunks(chunk_rows):
-        uc, ec = u[a:b], _edge_slice(e, gg, a, b)
+    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=hi):
+        uc, ec = u[a - lo:b - lo], _edge_slice(e, gg, a, b)
         p = dgl.ops.gspmm(g, op, red, uc, None if op == "copy_lhs" else ec)
         if not state.minmax:
             state.acc = p if state.acc is None else state.acc.add_(p)
@@ -124,11 +126,14 @@ def spmm_finish(state: SpmmState, num_dst: int, row_shape: tuple, in_degrees: to
 
 def spmm_linear_grad(gg: GroupGraph, op: str, gout: torch.Tensor, e: Optional[torch.Tensor],
                      u_shape: tuple, chunk_rows: int,
-                     edge_div: Optional[torch.Tensor] = None) -> torch.Tensor:
+                     edge_div: Optional[torch.Tensor] = None,
+                     rows: Optional[tuple[int, int]] = None) -> torch.Tensor:
     """Gradient of a sum (or, with ``edge_div`` a per-edge destination degree, copy_u mean)
-    aggregation w.r.t. the group's rows: ``gout`` through the reversed edges, chunk by chunk."""
-    gu = gout.new_zeros((gg.num_src,) + tuple(u_shape[1:]))
-    for a, b, rg in gg.chunks(chunk_rows, reverse=True):
+    aggregation w.r.t. the group's rows (or its rows ``[a, b)``): ``gout`` through the reversed
+    edges, chunk by chunk."""
+    lo, hi = rows if rows is not None else (0, gg.num_src)
+    gu = gout.new_zeros((hi - lo,) + tuple(u_shape[1:]))
+    for a, b, rg in gg.chunks(chunk_rows, reverse=True, lo=lo, hi=hi):
         if op == "copy_lhs" and edge_div is not None:
             d = _edge_slice(edge_div, gg, a, b).view((-1,) + (1,) * (gout.dim() - 1))
             g = dgl.ops.gspmm(rg, "div", "sum", gout, d)
@@ -136,7 +141,7 @@ def spmm_linear_grad(gg: GroupGraph, op: str, gout: torch.Tensor, e: Optional[to
             g = dgl.ops.gspmm(rg, "copy_lhs", "sum", gout, None)
         else:
             g = dgl.ops.gspmm(rg, op, "sum", gout, _edge_slice(e, gg, a, b))
-        gu[a:b] += _sum_to(g, gu.shape)
+        gu[a - lo:b - lo] += _sum_to(g, gu.shape)
     return gu
 
 
@@ -201,10 +206,12 @@ class SoftmaxState:
 
 
 def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
-                   er: torch.Tensor, slope: float, chunk_rows: int) -> None:
-    """Fold the group's edges (rows ``ft``, ``el``; destination ``er``) into ``st``."""
-    for a, b, g in gg.chunks(chunk_rows):
-        s = logits(g, el[a:b], er, slope)
+                   er: torch.Tensor, slope: float, chunk_rows: int, row0: int = 0) -> None:
+    """Fold the group's edges (rows ``ft``, ``el``: the group's rows from ``row0`` on;
+    destination ``er``) into ``st``."""
+    lo = row0
+    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
+        s = logits(g, el[a - lo:b - lo], er, slope)
         mj = dgl.ops.gspmm(g, "copy_rhs", "max", None, s)
         mj.masked_fill_(~gg.has_in_edge(a, b).view(-1, 1, 1), float("-inf"))
         m_new = torch.maximum(st.m, mj)
@@ -215,7 +222,7 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
         p = dgl.ops.gsddmm(g, "sub", s, m_new, "e", "v").exp_()
         del s
         st.den.mul_(scale).add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, p))
-        part = dgl.ops.gspmm(g, "mul", "sum", ft[a:b], p)
+        part = dgl.ops.gspmm(g, "mul", "sum", ft[a - lo:b - lo], p)
         del p
         if st.acc is None:
             st.acc = part
@@ -234,32 +241,35 @@ def attention_finish(st: SoftmaxState, num_dst: int, ft_row_shape: tuple,
 
 def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
                    er: torch.Tensor, m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor,
-                   slope: float, chunk_rows: int) -> None:
-    """Add the group's share of ``D_i = sum_j a_ij <g_i, ft_j>`` (backward pass 1) to ``dsum``."""
-    for a, b, g in gg.chunks(chunk_rows):
-        att = attention(g, logits(g, el[a:b], er, slope), m, den)
-        att.mul_(dgl.ops.gsddmm(g, "dot", ft[a:b], gout, "u", "v"))
+                   slope: float, chunk_rows: int, row0: int = 0) -> None:
+    """Add the share of ``D_i = sum_j a_ij <g_i, ft_j>`` (backward pass 1) of the group's rows
+    ``ft``, ``el`` (from ``row0`` on) to ``dsum``."""
+    lo = row0
+    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
+        att = attention(g, logits(g, el[a - lo:b - lo], er, slope), m, den)
+        att.mul_(dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v"))
         dsum.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, att))
         del att
 
 
 def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
                     m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor, dsum: torch.Tensor,
-                    slope: float, chunk_rows: int, grad_er: torch.Tensor):
-    """(grad of the group's ``ft`` rows, of its ``el`` rows); adds the group's share of the
-    destination ``er`` gradient to ``grad_er`` (backward pass 2)."""
+                    slope: float, chunk_rows: int, grad_er: torch.Tensor, row0: int = 0):
+    """(grad of the ``ft`` rows, of the ``el`` rows: the group's rows from ``row0`` on); adds
+    their share of the destination ``er`` gradient to ``grad_er`` (backward pass 2)."""
     gft, gel = torch.zeros_like(ft), torch.zeros_like(el)
-    for a, b, g in gg.chunks(chunk_rows):
+    lo = row0
+    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
         rg = gg.block(a, b, reverse=True)
-        s = logits(g, el[a:b], er, slope)
+        s = logits(g, el[a - lo:b - lo], er, slope)
         att = attention(g, s, m, den)
-        gft[a:b] = dgl.ops.gspmm(rg, "mul", "sum", gout, att)
-        gs = dgl.ops.gsddmm(g, "dot", ft[a:b], gout, "u", "v")
+        gft[a - lo:b - lo] = dgl.ops.gspmm(rg, "mul", "sum", gout, att)
+        gs = dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v")
         gs = dgl.ops.gsddmm(g, "sub", gs, dsum, "e", "v").mul_(att)
         del att
         gz = torch.where(s > 0, gs, gs * slope)  # leaky_relu backward, as torch computes it
         del s, gs
-        gel[a:b] = dgl.ops.gspmm(rg, "copy_rhs", "sum", None, gz)
+        gel[a - lo:b - lo] = dgl.ops.gspmm(rg, "copy_rhs", "sum", None, gz)
         grad_er.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, gz))
         del gz
     return gft, gel

@@ -72,6 +72,9 @@ def check(g, results: list[dict], world: int) -> None:
                     assert min(counts) > 0, (name, counts)
         if "chunk_rows" not in case:
             by_key.setdefault((case["model"], str(case["args"]), case["dtype"]), []).append(got)
+        elif world > 1:  # pieces of 3 rows move exactly the rows whole parts move
+            plain = {k: v for k, v in case.items() if k != "chunk_rows"}
+            assert got["bytes_sent"] == results[CASES.index(plain)]["bytes_sent"], name
     for key, runs in by_key.items():
         assert len(runs) == len(MODES)
         for other in runs[1:]:
