@@ -2,7 +2,8 @@
 
 ``ShardOp`` runs one DGL builtin (a gspmm for ``update_all``, a gsddmm for ``apply_edges``)
 shard by shard: the rows of one remote part are fetched, folded into the local result and
-dropped. Aggregations (gspmm) go through the sequential-aggregation core
+dropped (aggregations in ``sar`` mode with ``chunk_rows`` > 0: piece by piece, see
+:mod:`dsgraph.sar.comm`). Aggregations (gspmm) go through the sequential-aggregation core
 (:mod:`dsgraph.seqagg.kernels`), ``chunk_rows`` source rows at a time. Only the local inputs are saved for backward. Backward either pushes gradients
 through each shard without any source values (linear cases: copy_u/u_mul_e/u_div_e with sum
 or mean, u_add_v/u_sub_v) or rematerializes each shard under autograd (everything else:
