@@ -55,11 +55,27 @@ def remove_orphaned_temps(path: str | os.PathLike) -> list[Path]:
     """Delete temporary files and folders of earlier writes of ``path`` whose writer process is
     gone (killed mid-write); a live writer's are left alone. Returns what was removed."""
     path = Path(path)
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\..*\.tmp")
+    return _remove_orphans(path.parent, rf"\.{re.escape(path.name)}\.(\d+)\..*\.tmp")
+
+
+def remove_orphaned_temps_in(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files and folders of every write in ``folder`` or below whose writer
+    process is gone (a job's processes killed mid-write: the launcher calls this when a job
+    ends)."""
+    removed = []
+    for parent, _dirs, _files in os.walk(folder):  # top-down: removed folders are not entered
+        removed += _remove_orphans(Path(parent), r"\..+\.(\d+)\.[^.]*\.tmp")
+    return removed
+
+
+def _remove_orphans(folder: Path, pattern: str) -> list[Path]:
+    """Remove entries of ``folder`` matching ``pattern`` (group 1: the writer's pid) whose
+    writer is not alive."""
+    regex = re.compile(pattern)
     removed = []
     with contextlib.suppress(FileNotFoundError):
-        for entry in path.parent.iterdir():
-            match = pattern.fullmatch(entry.name)
+        for entry in folder.iterdir():
+            match = regex.fullmatch(entry.name)
             if match is None or psutil.pid_exists(int(match.group(1))):
                 continue
             if entry.is_dir() and not entry.is_symlink():

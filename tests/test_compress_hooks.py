@@ -382,8 +382,8 @@ class _OnePart:
         self.plan, self.num_local = self, n
         self._group = GroupGraph(src[order], dst[order], n, n)
 
-    def fetch(self, x):
-        yield 0, x
+    def fetch_rows(self, x):
+        yield 0, 0, x
 
     def group(self, j):
         return self._group

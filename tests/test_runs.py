@@ -253,3 +253,28 @@ def test_orphaned_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tm
     with atomic_dir(tmp_path / "parts") as tmp:
         (tmp / "x").write_text("1")
     assert not orphan_dir.exists() and (tmp_path / "parts" / "x").exists()
+
+
+def test_a_job_end_removes_every_orphaned_temp_in_its_run_folder(tmp_path):
+    """What the launcher calls when a job ends: dead writers' temps anywhere below the run
+    folder go, a live writer's and ordinary files stay."""
+    import subprocess
+    import sys
+
+    from dsgraph.fsutil import remove_orphaned_temps_in
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "logs").mkdir()
+    orphans = [tmp_path / f".checkpoint.pt.{dead}.apjykv2o.tmp",
+               tmp_path / "logs" / f".worker0.log.{dead}.x1.tmp"]
+    for p in orphans:
+        p.write_text("half")
+    (tmp_path / f".embeddings.{dead}.q9.tmp").mkdir()
+    (tmp_path / f".embeddings.{dead}.q9.tmp" / "part").write_text("half")
+    keep = [tmp_path / f".metrics.json.{os.getpid()}.zzz.tmp", tmp_path / "checkpoint.pt"]
+    for p in keep:
+        p.write_text("x")
+    removed = remove_orphaned_temps_in(tmp_path)
+    assert sorted(removed) == sorted(orphans + [tmp_path / f".embeddings.{dead}.q9.tmp"])
+    assert not any(p.exists() for p in removed) and all(p.exists() for p in keep)

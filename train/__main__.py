@@ -19,6 +19,7 @@ from dsgraph.cluster.launch import run_workers
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
+from dsgraph.fsutil import remove_orphaned_temps_in
 from dsgraph.metrics import print_summary, read_summary, update_summary
 from dsgraph.models.registry import resolve as resolve_model
 from dsgraph.runs import prepare_run_dir, run_fingerprint
@@ -38,11 +39,17 @@ def launch(cfg: Config, run_dir: Path, resume: bool, worker_args: Sequence[str] 
     if prepared is None:
         prepared = strategy_class(cfg.train.mode).prepare(cfg)
     args = [*(["--resume"] if resume else []), *worker_args]
-    if cfg.train.mode == "sampled":
-        peaks = run_dgl_job(run_dir, prepared, cfg.cluster, WORKER, args, cfg.train.timeout_s)
-    else:
-        peaks = run_workers(run_dir, cfg.cluster, WORKER, cfg.num_workers, args,
-                            cfg.train.timeout_s)
+    try:
+        if cfg.train.mode == "sampled":
+            peaks = run_dgl_job(run_dir, prepared, cfg.cluster, WORKER, args,
+                                cfg.train.timeout_s)
+        else:
+            peaks = run_workers(run_dir, cfg.cluster, WORKER, cfg.num_workers, args,
+                                cfg.train.timeout_s)
+    finally:
+        # a worker stopped mid-write (SIGTERM, a fault) leaves its temporary file behind; every
+        # job process has ended here, so none of them is a live write
+        remove_orphaned_temps_in(run_dir)
     # The supervisor samples every process; the workers' own high-water marks catch short peaks.
     own = read_summary(run_dir).get("peak_rss_mb", 0.0)
     return update_summary(run_dir, wall_s=time.perf_counter() - t0,
