@@ -109,9 +109,9 @@ def _unwrap(rows: Optional[tuple], single: bool):
 
 @dataclass(frozen=True)
 class Piece:
-    """One exchange of a ring round in pieces, for one worker: rows ``[a, b)`` of those it
-    needs from part ``src`` come in (their gradients go back in backward) while rows
-    ``[c, d)`` of ``send_rows[dst]`` go out (their gradients come back)."""
+    """One exchange of a ring round in pieces, for one worker: ``rows`` ``[a, b)`` of those it
+    needs from part ``src`` come in (their gradients go back in backward) while ``sent``
+    ``[a, b)`` of ``send_rows[dst]`` go out (their gradients come back)."""
 
     src: int
     rows: tuple[int, int]
@@ -140,7 +140,7 @@ def ring_pieces(need_table: Sequence[Sequence[int]], rank: int, piece_rows: int)
 
 
 def fetch_pieces(comm: Comm, pieces: list[Piece], send_rows: list[torch.Tensor],
-                 x: Tensors) -> Iterator[tuple[int, int, Optional[Tensors]]]:
+                 x: Tensors) -> Iterator[tuple[int, int, Tensors]]:
     """Yield ``(part, a, rows)``: first ``(rank, 0, x)``, then per piece the rows it brings
     (rows ``a..`` of those needed from ``part``; empty when this worker's share of the piece is)
     while sending the piece's rows of ``x``. ``x`` may be a tuple of tensors with the same rows
