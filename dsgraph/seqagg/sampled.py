@@ -15,7 +15,8 @@ forward on a :class:`GroupBlock` per group:
   returning the folded result, to produce the output (post-aggregation linear maps, bias,
   activation). SAGE mean/gcn and GraphConv over stored features aggregate the raw rows and
   apply their linear map in the output run (it commutes with a linear aggregation); GAT's
-  destination term is computed once, not per group.
+  destination term is computed once, not per group (with ``attn_r`` folded into the weight:
+  a heads-wide map of the destination rows, not their projection).
 * between forward and backward only the aggregate is kept (INT2-quantized when
   ``compression`` is enabled); destination rows are pulled again where needed.
 * backward: the output runs again under autograd give the gradient of the aggregate. If what
@@ -23,7 +24,9 @@ forward on a :class:`GroupBlock` per group:
   all: no source row is pulled again. Otherwise each group is pulled and recomputed under
   autograd (with ``compression`` hooks if enabled) and gets its gradient from the core: the
   reversed edges for sum/mean, the chunks that won for max/min, GAT's fused attention with
-  its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass).
+  its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass). With
+  ``compression``, GAT keeps each group's source projection INT2 from forward and backward
+  uses it instead of projecting the rows again (the rows are pulled for the weight gradient).
 
 Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
 draw different masks per group run and is refused.
@@ -44,7 +47,8 @@ from torch import nn
 from dsgraph.errors import UserError
 from dsgraph.seqagg import kernels
 from dsgraph.seqagg.chunks import GroupGraph
-from dsgraph.seqagg.gat import dst_term, fusable, gat_fused
+from dsgraph.seqagg.gat import dst_term, fusable, gat_fused, kept_projection, \
+    projection_keepable
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
 
@@ -272,6 +276,9 @@ class _Run:
         self.captured: tuple = ()
         self.is_gat = isinstance(conv, GATConv)
         self.er: Optional[torch.Tensor] = None  # GAT: the destination term, computed once
+        # GAT with compression: each group's source projection, INT2, from forward to backward
+        # (1/16 of its size), so backward does not project the rows a third time
+        self.ft_kept: Optional[_Kept] = None
         # A linear map ahead of a linear aggregation commutes with it: over stored features,
         # aggregating the raw rows first leaves nothing to recompute in backward (the state
         # is num_dst x in_feats instead of num_dst x out_feats).
@@ -306,6 +313,8 @@ class _Run:
                 self.soft = kernels.SoftmaxState(self.rb.num_dst, ft.shape[1], ft)
                 self.ft_shape = tuple(ft.shape[1:])
             self.src_grad = True
+            if self.ft_kept is not None:
+                self.ft_kept.add(ft.detach())
             kernels.attention_fold(self.soft, group.graph, ft.detach(), el.detach(),
                                    er.detach(), slope, self.rb.chunk_rows)
         self.captured = (ft, el, er)
@@ -314,9 +323,11 @@ class _Run:
     # --- running the layer ----------------------------------------------------------------------
 
     def _call(self, group: Optional[Group], x_dst: torch.Tensor,
-              dst: Optional[tuple[int, int]] = None) -> Optional[torch.Tensor]:
+              dst: Optional[tuple[int, int]] = None,
+              project: Optional[Callable] = None) -> Optional[torch.Tensor]:
         """The layer's forward on ``group`` (None: an output run over destination rows ``dst``,
-        default all); None if it stopped at the aggregation."""
+        default all; GAT: ``project`` in place of ``fc_src``); None if it stopped at the
+        aggregation."""
         rb = self.rb
         rows = rb.source.rows(group.ids) if group is not None else \
             torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
@@ -328,7 +339,7 @@ class _Run:
                 # runs once per layer, not once per group
                 a, b = dst if dst is not None else (0, rb.num_dst)
                 return gat_fused(self.conv, (rows, x_dst), graph.attention,
-                                 er=None if self.er is None else self.er[a:b])
+                                 er=None if self.er is None else self.er[a:b], project=project)
             with _aggregate_first(self.conv, self.raw_first):
                 return type(self.conv).forward(self.conv, graph, (rows, x_dst))
         except _Collected:
@@ -352,7 +363,7 @@ class _Run:
 
     def _compress(self):
         cfg = self.rb.compression
-        if cfg is None or not getattr(cfg, "enabled", False):
+        if not _compressing(cfg):
             return contextlib.nullcontext()
         from dsgraph.compress import compressed
         return compressed(cfg)
@@ -364,7 +375,7 @@ class _Run:
         return torch.zeros((), dtype=rb.dtype).expand(rb.num_dst if rows is None else rows,
                                                        rb.width)
 
-    def forward(self) -> torch.Tensor:
+    def forward(self, for_backward: bool = False) -> torch.Tensor:
         rb = self.rb
         # the layer runs with grad on (inside an autograd Function it is off) only so that the
         # aggregated value tells whether backward must recompute the groups; nothing is saved
@@ -372,6 +383,9 @@ class _Run:
             if self.is_gat:
                 self.er = torch.cat([dst_term(self.conv, self._pull_dst(a, b)).detach()
                                      for a, b in self._dst_chunks()])
+                if for_backward and _compressing(rb.compression) and \
+                        projection_keepable(self.conv):
+                    self.ft_kept = _Kept(rb.compression, torch.Size())
             self.mode = "collect"
             for group in rb.groups:
                 self._call(group, self._dst_stub())
@@ -472,9 +486,14 @@ class _Run:
         self.mode = "partial"
         grad_er = torch.zeros_like(st.den)
         grads: list[Optional[torch.Tensor]] = [None] * len(params)
-        for group in rb.groups:  # each group's rows under autograd
-            with torch.enable_grad(), self._compress():
-                self._call(group, self._dst_stub())
+        kept, self.ft_kept = self.ft_kept, None
+        # With the projection kept, a group's recompute saves nothing larger than what is alive
+        # anyway (its rows, their projection): compressing those saves would only cost time.
+        hooks = contextlib.nullcontext if kept is not None else self._compress
+        for i, group in enumerate(rb.groups):  # each group's rows under autograd
+            project = None if kept is None else kept_projection(self.conv, kept.chunk(i))
+            with torch.enable_grad(), hooks():
+                self._call(group, self._dst_stub(), project=project)
                 ft, el, er = self.captured
                 self.captured = ()
                 gft, gel = kernels.attention_grads(group.graph, ft.detach(), el.detach(),
@@ -499,6 +518,10 @@ def _keep(t):
     return t
 
 
+def _compressing(cfg: Any) -> bool:
+    return cfg is not None and bool(getattr(cfg, "enabled", False))
+
+
 class _Kept:
     """The aggregate kept from forward to backward, in the output runs' row chunks: as is, or
     INT2-quantized when ``compression`` is enabled (it is a saved activation like any other:
@@ -507,7 +530,7 @@ class _Kept:
     def __init__(self, compression: Any, shape: torch.Size) -> None:
         self.shape, self.dtype = shape, torch.get_default_dtype()
         self.spec = self.gen = None
-        if compression is not None and getattr(compression, "enabled", False):
+        if _compressing(compression):
             from dsgraph.compress import spec_from_config
             self.spec = dataclasses.replace(spec_from_config(compression), projection=1.0)
             self.gen = torch.Generator()
@@ -561,7 +584,7 @@ class _RematFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run: _Run, *params: torch.Tensor) -> torch.Tensor:
         ctx.run = run
-        return run.forward()
+        return run.forward(for_backward=True)
 
     @staticmethod
     def backward(ctx, gout: torch.Tensor):
