@@ -1,7 +1,10 @@
 """The sequential-aggregation core's sum fold equals one DGL aggregation over all edges, on both
 of its paths: in-place sparse ``addmm_`` (wide rows: chunks with few edges per destination, and
 every chunk once the state exists) and DGL's ``gspmm`` into a partial result (a dense first
-chunk, and every chunk of narrow rows); repeated edges and rows without edges included."""
+chunk, and every chunk of narrow rows); repeated edges and rows without edges included.
+
+GAT's chunked attention (fold, finish, gradients) equals DGL's ``edge_softmax`` aggregation and
+its autograd gradients, with logits spread wide enough that the softmax shift must move."""
 from __future__ import annotations
 
 import dgl
@@ -47,3 +50,41 @@ def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce,
         assert sparse, "the in-place path was not taken"
     if (num_dst, num_edges) == (5, 400):
         assert not sparse, "the partial-result path was not taken"
+
+
+@pytest.mark.parametrize("spread", [1.0, 60.0], ids=["narrow-logits", "shift-moves"])
+@pytest.mark.parametrize("chunk_rows", [0, 7])
+def test_attention_fold_and_grads_equal_dgl(spread, chunk_rows):
+    """Destinations without edges get 0 (as DGL); with logits 60 apart, later chunks raise
+    destinations' softmax shift by more than ``SHIFT_SLACK`` (the rescaling branch)."""
+    num_src, num_dst, heads, width, slope = 40, 12, 3, 5, 0.2
+    s, d, _ = _group(num_src, num_dst, 150, seed=7)
+    keep = d < num_dst - 2  # the last two destinations get no edge
+    s, d = s[keep], d[keep]
+    gen = torch.Generator().manual_seed(1)
+    ft = torch.randn(num_src, heads, width, generator=gen, dtype=torch.float64)
+    # growing with the row, so later chunks hold the larger logits
+    el = (torch.rand(num_src, heads, 1, generator=gen, dtype=torch.float64)
+          + torch.arange(num_src, dtype=torch.float64).view(-1, 1, 1) / num_src) * spread
+    er = torch.randn(num_dst, heads, 1, generator=gen, dtype=torch.float64)
+    gg = GroupGraph(s, d, num_src, num_dst)
+    st = kernels.SoftmaxState(num_dst, heads, ft)
+    kernels.attention_fold(st, gg, ft, el, er, slope, chunk_rows)
+    got = kernels.attention_finish(st, num_dst, (heads, width), ft)
+
+    block = dgl.create_block((s, d), num_src_nodes=num_src, num_dst_nodes=num_dst)
+    leaves = [t.clone().requires_grad_(True) for t in (ft, el, er)]
+    e = torch.nn.functional.leaky_relu(dgl.ops.gsddmm(block, "add", leaves[1], leaves[2],
+                                                      "u", "v"), slope)
+    ref = dgl.ops.gspmm(block, "mul", "sum", leaves[0], dgl.ops.edge_softmax(block, e))
+    assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12)
+    assert bool((got[-2:] == 0).all())
+
+    gout = torch.randn(num_dst, heads, width, generator=gen, dtype=torch.float64)
+    want = torch.autograd.grad(ref, leaves, gout)
+    dsum = (gout * got).sum(-1, keepdim=True)
+    grad_er = torch.zeros_like(er)
+    gft, gel = kernels.attention_grads(gg, ft, el, er, st.m, st.den, gout, dsum, slope,
+                                       chunk_rows, grad_er)
+    for name, g, w in (("ft", gft, want[0]), ("el", gel, want[1]), ("er", grad_er, want[2])):
+        assert torch.allclose(g, w, rtol=1e-9, atol=1e-12), name

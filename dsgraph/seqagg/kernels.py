@@ -10,6 +10,7 @@ sampled training pulls and recomputes them) and return the gradients of those ro
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import dgl
@@ -205,31 +206,61 @@ class SoftmaxState:
         self.acc: Optional[torch.Tensor] = None
 
 
+# A destination's softmax shift is raised only when a chunk's logit exceeds it by more than
+# this: exp() of at most e^20 ~ 5e8 per edge cannot overflow a float32 sum, and the shift need not
+# be the exact max (softmax does not depend on it), so most chunks skip the destination-sized
+# rescaling pass of a strict online softmax.
+SHIFT_SLACK = 20.0
+
+
 def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
                    er: torch.Tensor, slope: float, chunk_rows: int, row0: int = 0) -> None:
     """Fold the group's edges (rows ``ft``, ``el``: the group's rows from ``row0`` on;
-    destination ``er``) into ``st``."""
+    destination ``er``) into ``st``.
+
+    Edge-sized work only, in torch ops over the chunk's edge slices (no DGL block to build):
+    the weighted rows are added into the state in place, and the state is rescaled only where
+    a destination's shift moves (see ``SHIFT_SLACK``).
+    """
     lo = row0
-    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
-        s = logits(g, el[a - lo:b - lo], er, slope)
-        mj = dgl.ops.gspmm(g, "copy_rhs", "max", None, s)
-        mj.masked_fill_(~gg.has_in_edge(a, b).view(-1, 1, 1), float("-inf"))
-        m_new = torch.maximum(st.m, mj)
-        del mj
-        # old terms were scaled by exp(-m); bring them to exp(-m_new). -inf - -inf (no edge
-        # yet on either side) is nan: nothing accumulated there, any finite factor works.
-        scale = torch.exp(st.m - m_new).nan_to_num_(0.0)
-        p = dgl.ops.gsddmm(g, "sub", s, m_new, "e", "v").exp_()
-        del s
-        st.den.mul_(scale).add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, p))
-        part = dgl.ops.gspmm(g, "mul", "sum", ft[a - lo:b - lo], p)
+    heads = el.shape[1]
+    er2 = er.reshape(er.shape[0], heads)
+    for a, b in gg.bounds(chunk_rows, lo, lo + ft.shape[0]):
+        ea, eb = gg.edge_range(a, b)
+        if eb == ea:
+            continue
+        u, v = gg.src[ea:eb].long() - a, gg.dst[ea:eb].long()
+        # index_select: several times faster than advanced indexing for these row gathers
+        s = torch.nn.functional.leaky_relu_(
+            el[a - lo:b - lo].reshape(-1, heads).index_select(0, u) + er2.index_select(0, v),
+            slope)  # E x heads
+        top = s.new_full((gg.num_dst, heads), float("-inf")).scatter_reduce_(
+            0, v.unsqueeze(1).expand_as(s), s, "amax")
+        shift = st.m.view(gg.num_dst, heads)
+        first = torch.isneginf(shift)
+        new = torch.where(first, top, shift)  # a destination's first edges set its shift
+        del first
+        raise_ = top > new + SHIFT_SLACK
+        if bool(raise_.any()):
+            # (elsewhere 1: new - top is nan where neither has an edge yet)
+            scale = torch.where(raise_, torch.exp(new - top), 1.0).unsqueeze(-1)
+            st.den.mul_(scale)
+            if st.acc is not None:
+                st.acc.mul_(scale)
+            new = torch.where(raise_, top, new)
+            del scale
+        del top, raise_
+        st.m = new.unsqueeze(-1)
+        p = s.sub_(new.index_select(0, v)).exp_()  # E x heads
+        del new
+        st.den.view(gg.num_dst, heads).index_add_(0, v, p)
+        msg = ft[a - lo:b - lo].index_select(0, u)
+        msg.mul_(p.view(p.shape + (1,) * (msg.dim() - 2)))
         del p
         if st.acc is None:
-            st.acc = part
-        else:
-            st.acc.mul_(scale).add_(part)
-        del part, scale
-        st.m = m_new
+            st.acc = msg.new_zeros((gg.num_dst,) + tuple(msg.shape[1:]))
+        st.acc.index_add_(0, v, msg)
+        del msg
 
 
 def attention_finish(st: SoftmaxState, num_dst: int, ft_row_shape: tuple,
@@ -252,29 +283,64 @@ def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: tor
         del att
 
 
+def by_head(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (nodes x heads x F) as heads x nodes x F, contiguous: the layout
+    :func:`attention_grads` multiplies with, one head at a time."""
+    return t.transpose(0, 1).contiguous()
+
+
 def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
-                    m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor, dsum: torch.Tensor,
-                    slope: float, chunk_rows: int, grad_er: torch.Tensor, row0: int = 0):
+                    m: torch.Tensor, den: torch.Tensor, gout: Optional[torch.Tensor],
+                    dsum: torch.Tensor, slope: float, chunk_rows: int, grad_er: torch.Tensor,
+                    row0: int = 0, gout_heads: Optional[torch.Tensor] = None):
     """(grad of the ``ft`` rows, of the ``el`` rows: the group's rows from ``row0`` on); adds
-    their share of the destination ``er`` gradient to ``grad_er`` (backward pass 2)."""
+    their share of the destination ``er`` gradient to ``grad_er`` (backward pass 2).
+
+    Per chunk and head, the rows' edges are a CSR matrix (rows x destinations: the group's
+    edges are sorted by row), so ``ft``'s gradient is one sparse x dense product and the
+    logits' ``<ft_j, g_i>`` one sampled product, with no edge x F tensor and no DGL block.
+    The output gradient comes as ``gout`` (destinations x heads x F) or, if the caller has it,
+    as ``gout_heads = by_head(gout)``.
+    """
+    heads = el.shape[1]
+    gh = by_head(gout) if gout_heads is None else gout_heads
     gft, gel = torch.zeros_like(ft), torch.zeros_like(el)
+    num_dst = gg.num_dst
+    er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
+    ger2 = grad_er.view(num_dst, heads)
     lo = row0
-    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
-        rg = gg.block(a, b, reverse=True)
-        s = logits(g, el[a - lo:b - lo], er, slope)
-        att = attention(g, s, m, den)
-        gft[a - lo:b - lo] = dgl.ops.gspmm(rg, "mul", "sum", gout, att)
-        gs = dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v")
-        gs = dgl.ops.gsddmm(g, "sub", gs, dsum, "e", "v").mul_(att)
+    for a, b in gg.bounds(chunk_rows, lo, lo + ft.shape[0]):
+        ea, eb = gg.edge_range(a, b)
+        if eb == ea:
+            continue
+        u, v = gg.src[ea:eb].long() - a, gg.dst[ea:eb].long()
+        z = el[a - lo:b - lo].reshape(-1, heads).index_select(0, u) + er2.index_select(0, v)
+        pos = z > 0
+        att = torch.nn.functional.leaky_relu_(z, slope).sub_(m2.index_select(0, v)).exp_() \
+            .div_(den2.index_select(0, v))  # E x heads
+        del z
+        crow = gg.row_ptr[a:b + 1] - ea
+        fh = by_head(ft[a - lo:b - lo].reshape(b - a, heads, -1))
+        att_h = att.t().contiguous()
+        gs = att.new_empty((heads, eb - ea))
+        with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
+            warnings.simplefilter("ignore", UserWarning)
+            for h in range(heads):
+                pat = torch.sparse_csr_tensor(crow, v, att_h[h], (b - a, num_dst))
+                gft[a - lo:b - lo, h] = torch.mm(pat, gh[h])
+                gs[h] = torch.sparse.sampled_addmm(pat, fh[h], gh[h].t(), beta=0.0).values()
+        del fh, att_h
+        gs = gs.t().sub_(ds2.index_select(0, v)).mul_(att)
         del att
-        gz = torch.where(s > 0, gs, gs * slope)  # leaky_relu backward, as torch computes it
-        del s, gs
-        gel[a - lo:b - lo] = dgl.ops.gspmm(rg, "copy_rhs", "sum", None, gz)
-        grad_er.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, gz))
+        gz = torch.where(pos, gs, gs * slope)  # leaky_relu backward, as torch computes it
+        del gs, pos
+        gel[a - lo:b - lo].view(b - a, heads).index_add_(0, u, gz)
+        ger2.index_add_(0, v, gz)
         del gz
     return gft, gel
 
 
 __all__ = ["SpmmState", "SoftmaxState", "attention", "attention_dsum", "attention_finish",
+           "by_head",
            "attention_fold", "attention_grads", "chunk_slice", "logits", "spmm_finish",
            "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad"]

@@ -434,10 +434,15 @@ class _Run:
                     grads[i] = g if grads[i] is None else grads[i] + g
 
         kept, self.kept = self.kept, None
-        # the aggregate's gradient is needed only where backward revisits the groups
-        g_agg = kept.new_zeros() if self.is_gat or self.src_grad else None
-        dsum = torch.zeros(kept.shape[0], *kept.shape[1:-1], 1, dtype=kept.dtype) \
-            if self.is_gat else None
+        # the aggregate's gradient is needed only where backward revisits the groups; GAT's
+        # goes heads first, the layout its attention gradients multiply with
+        g_agg, dsum = None, None
+        if self.is_gat:
+            g_agg = torch.zeros((kept.shape[1], kept.shape[0]) + tuple(kept.shape[2:]),
+                                dtype=kept.dtype)
+            dsum = torch.zeros(kept.shape[0], *kept.shape[1:-1], 1, dtype=kept.dtype)
+        elif self.src_grad:
+            g_agg = kept.new_zeros()
         self.mode = "emit"
         for i, (a, b) in enumerate(self._dst_chunks()):  # the output runs again, under autograd
             agg = kept.chunk(i)
@@ -447,13 +452,15 @@ class _Run:
                 got = torch.autograd.grad(out, params + [self.emitted], gout[a:b],
                                           allow_unused=True)
             add(got[:-1])
-            if g_agg is not None and got[-1] is not None:
-                g_agg[a:b] = got[-1]
-            if dsum is not None:
+            g = got[-1]
+            if g is not None and self.is_gat:
+                g_agg[:, a:b] = g.transpose(0, 1)
                 # The softmax term D_i = sum_j a_ij <g_i, ft_j> = <g_i, sum_j a_ij ft_j> is
                 # the gradient's dot with the aggregate: no pass over the groups computes it.
-                dsum[a:b] = (g_agg[a:b] * agg).sum(-1, keepdim=True)
-            del out, got, agg
+                dsum[a:b] = (g * agg).sum(-1, keepdim=True)
+            elif g is not None and g_agg is not None:
+                g_agg[a:b] = g
+            del out, got, agg, g
         self.emitted, self.captured = None, ()
         if self.is_gat:
             add(self._gat_backward(g_agg, dsum))
@@ -497,8 +504,9 @@ class _Run:
                 ft, el, er = self.captured
                 self.captured = ()
                 gft, gel = kernels.attention_grads(group.graph, ft.detach(), el.detach(),
-                                                   er.detach(), st.m, st.den, g_agg, dsum,
-                                                   self.slope, rb.chunk_rows, grad_er)
+                                                   er.detach(), st.m, st.den, None, dsum,
+                                                   self.slope, rb.chunk_rows, grad_er,
+                                                   gout_heads=g_agg)
                 got = torch.autograd.grad([ft, el], params, [gft, gel], allow_unused=True)
             for i, g in enumerate(got):
                 if g is not None:
