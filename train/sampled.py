@@ -198,14 +198,18 @@ class SampledStrategy(Strategy):
     def inputs(self, input_nodes: torch.Tensor, lids: Optional[torch.Tensor],
                blocks: list) -> tuple[torch.Tensor, list]:
         """The batch's input features (``lids``: the input nodes' local ids, when known) and
-        blocks; rematerialized, the first block becomes a RematBlock and the features a
-        placeholder (rows are pulled group by group)."""
+        blocks; rematerialized, the first ``sampled.remat_layers`` blocks become RematBlocks
+        and the features a placeholder (rows are pulled group by group)."""
         if not self.cfg.sampled.rematerialize:
             return self.feat.by_local_id(input_nodes, lids), blocks
+        chunk, comp, k = self.cfg.sar.chunk_rows, self.cfg.compression, \
+            self.cfg.sampled.remat_layers
         rb = remat.RematBlock(blocks[0], remat.FeatureRows(self.feat), self.pb.nid2partid,
-                              self.pb.partid, self.cfg.sar.chunk_rows, self.cfg.compression)
+                              self.pb.partid, chunk, comp)
+        later = [remat.RematBlock(b, None, chunk_rows=chunk, compression=comp)
+                 for b in blocks[1:k]]
         return rb.placeholder(self.feat.tensor.shape[1], self.feat.tensor.dtype), \
-            [rb] + list(blocks[1:])
+            [rb] + later + list(blocks[k:])
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """Validation and test accuracy of all nodes (layer-wise when the model allows it)."""

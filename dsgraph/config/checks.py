@@ -38,6 +38,10 @@ def cross_check(cfg: Config) -> None:
     if t.mode == "dsmpnn" and cfg.physics.sampled_nodes < cfg.physics.workers:
         raise ConfigError(f"{src}: physics.sampled_nodes: expected >= physics.workers "
                           f"({cfg.physics.workers}), got {cfg.physics.sampled_nodes}")
+    sm = cfg.sampled
+    if t.mode == "sampled" and sm.rematerialize and sm.remat_layers > len(sm.fanouts):
+        raise ConfigError(f"{src}: sampled.remat_layers: expected at most one per layer "
+                          f"({len(sm.fanouts)} fanouts), got {sm.remat_layers}")
     c = cfg.compression
     if c.levels == "optimal" and c.bits != 2:
         raise ConfigError(f"{src}: compression.levels: 'optimal' needs compression.bits 2, "

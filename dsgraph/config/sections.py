@@ -133,6 +133,11 @@ class SampledConfig:
                                         "with the most out-edges first (0 = halo only)", ge=0)
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
+    remat_layers: int = opt(1, "with `rematerialize`: the leading layers that run that way; the "
+                               "first over fetched features, later ones over the previous "
+                               "layer's output in groups of `sar.chunk_rows` rows (raise it "
+                               "when a later layer's backward sets the peak, as GAT's second)",
+                            ge=1)
     copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
                                         "next to the remote cache, so a batch's rows are one "
                                         "gather from one table (costs the partition's feature "

@@ -1,7 +1,10 @@
-"""Sampled rematerialization: the first layer of a mini-batch aggregated one owning partition
-at a time and rebuilt in backward, with unmodified ``dgl.nn`` layers.
+"""Sampled rematerialization: the first layers of a mini-batch aggregated one group of source
+rows at a time and rebuilt in backward, with unmodified ``dgl.nn`` layers.
 
-A :class:`RematBlock` stands in for the batch's first block. Its source nodes are grouped by
+A :class:`RematBlock` stands in for the batch's first block (and, with
+``sampled.remat_layers`` > 1, for the next ones: their rows are the previous layer's output, read
+by position in runs of ``sar.chunk_rows`` rows, kept INT2 for backward with ``compression``, and
+their gradient gathered into the input's). Its source nodes are grouped by
 the partition that owns them (the trainer's own first) and each partition's rows are cut into
 groups of at most ``sar.chunk_rows`` rows; the model receives a zero-stride placeholder instead
 of their features. Layers installed by :func:`install` (SAGEConv mean/gcn/pool, GraphConv,
@@ -26,7 +29,10 @@ forward on a :class:`GroupBlock` per group:
   reversed edges for sum/mean, the chunks that won for max/min, GAT's fused attention with
   its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass). With
   ``compression``, GAT keeps each group's source projection INT2 from forward and backward
-  uses it instead of projecting the rows again (the rows are pulled for the weight gradient).
+  uses it instead of projecting the rows again (the rows are pulled for the weight gradient),
+  and keeps the logits' source term exact, so the attention backward rebuilds matches the
+  softmax statistics of forward. Where the output map adds only a bias, GAT's aggregate
+  gradient is the incoming gradient itself (checked chunk by chunk), not a copy.
 
 Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
 draw different masks per group run and is refused.
@@ -109,24 +115,33 @@ class RematBlock:
     """A sampled block whose source rows are pulled and aggregated one group at a time: the rows
     of one owning partition (the trainer's own first), cut into groups of at most
     ``chunk_rows`` rows (0: one group per partition). ``owner(ids)`` gives the partition of
-    global ids."""
+    global ids.
 
-    def __init__(self, block, source: RowSource, owner: Callable[[torch.Tensor], torch.Tensor],
+    With ``source`` None the rows are the layer's input (a later layer, fed the previous
+    layer's output): the groups are consecutive runs of ``chunk_rows`` rows by position."""
+
+    def __init__(self, block, source: Optional[RowSource],
+                 owner: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
                  own_part: int = 0, chunk_rows: int = 0, compression: Any = None,
                  width: Optional[int] = None, dtype: Optional[torch.dtype] = None) -> None:
         self.block, self.source, self.chunk_rows = block, source, chunk_rows
         self.compression = compression
         self.num_src, self.num_dst = block.num_src_nodes(), block.num_dst_nodes()
         self.num_edges = block.num_edges()
-        self.src_ids = block.srcdata[dgl.NID]
-        self.dst_ids = block.dstdata[dgl.NID]
+        if source is None:  # rows by position: a DGL block's destinations are its first sources
+            self.src_ids, self.dst_ids = torch.arange(self.num_src), torch.arange(self.num_dst)
+            owner = None
+        else:
+            self.src_ids = block.srcdata[dgl.NID]
+            self.dst_ids = block.dstdata[dgl.NID]
         self.in_deg = block.in_degrees()
         # out-edges of every source row, contiguous per row: a group's edges are its rows'
         # segments, gathered without sorting the block's edges
         indptr, dst, _ = block.adj_tensors("csr")
         indptr, dst = indptr.long(), dst.long()
         self.out_deg = indptr[1:] - indptr[:-1]
-        part = owner(self.src_ids).long()
+        part = owner(self.src_ids).long() if owner is not None else \
+            torch.full((self.num_src,), own_part, dtype=torch.int64)
         parts = torch.unique(part).tolist()
         order = [own_part] * (own_part in parts) + [p for p in parts if p != own_part]
         self.groups: list[Group] = []
@@ -261,10 +276,13 @@ class GroupBlock:
 class _Run:
     """One call of one layer on a RematBlock: its forward and backward (see module docstring)."""
 
-    def __init__(self, conv: nn.Module, rb: RematBlock) -> None:
+    def __init__(self, conv: nn.Module, rb: RematBlock,
+                 feat: Optional[torch.Tensor] = None) -> None:
         self.conv, self.rb = conv, rb
-        self.params = [p for p in list(conv.parameters()) + list(rb.source.parameters())
-                       if p.requires_grad]
+        learned = list(rb.source.parameters()) if rb.source is not None else []
+        self.params = [p for p in list(conv.parameters()) + learned if p.requires_grad]
+        # a later layer's input rows (RematBlock without a source), and their gradient
+        self.input = _InputRows(feat, rb.chunk_rows) if rb.source is None else None
         self.mode = "collect"
         self.reduce: Optional[str] = None
         self.state: Optional[kernels.SpmmState] = None
@@ -272,17 +290,22 @@ class _Run:
         self.final: Optional[torch.Tensor] = None  # the aggregate of every destination
         self.emitted: Optional[torch.Tensor] = None  # what an output run's aggregation returns
         self.kept: Optional[_Kept] = None  # the aggregate, from forward to backward
-        self.src_grad = False  # does what the layer aggregates depend on learnable tensors
+        # does what the layer aggregates depend on learnable tensors
+        self.src_grad = self.input is not None and self.input.grad
         self.captured: tuple = ()
         self.is_gat = isinstance(conv, GATConv)
         self.er: Optional[torch.Tensor] = None  # GAT: the destination term, computed once
         # GAT with compression: each group's source projection, INT2, from forward to backward
         # (1/16 of its size), so backward does not project the rows a third time
         self.ft_kept: Optional[_Kept] = None
+        # GAT with compression: each group's attention logits' source term, exact (a row per
+        # source and head), so the attention backward rebuilds is forward's: a logit recomputed
+        # from quantized rows would not match the softmax max and denominator kept from forward
+        self.el_kept: Optional[list] = None
         # A linear map ahead of a linear aggregation commutes with it: over stored features,
         # aggregating the raw rows first leaves nothing to recompute in backward (the state
         # is num_dst x in_feats instead of num_dst x out_feats).
-        self.raw_first = not list(rb.source.parameters()) and (
+        self.raw_first = not learned and (
             isinstance(conv, GraphConv)
             or (isinstance(conv, SAGEConv) and conv._aggre_type in ("mean", "gcn")))
 
@@ -315,6 +338,8 @@ class _Run:
             self.src_grad = True
             if self.ft_kept is not None:
                 self.ft_kept.add(ft.detach())
+            if self.el_kept is not None:
+                self.el_kept.append(el.detach())
             kernels.attention_fold(self.soft, group.graph, ft.detach(), el.detach(),
                                    er.detach(), slope, self.rb.chunk_rows)
         self.captured = (ft, el, er)
@@ -329,8 +354,12 @@ class _Run:
         default all; GAT: ``project`` in place of ``fc_src``); None if it stopped at the
         aggregation."""
         rb = self.rb
-        rows = rb.source.rows(group.ids) if group is not None else \
-            torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
+        if group is None:
+            rows = torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
+        elif self.input is not None:
+            rows = self.input.rows(int(group.rows[0]), int(group.rows[-1]) + 1)
+        else:
+            rows = rb.source.rows(group.ids)
         graph = GroupBlock(self, group, dst)
         try:
             if self.is_gat:
@@ -352,7 +381,19 @@ class _Run:
         return [(a, min(a + step, n)) for a in range(0, n, step)] or [(0, 0)]
 
     def _pull_dst(self, a: int, b: int) -> torch.Tensor:
+        if self.input is not None:
+            return self.input.rows(a, b)
         return self.rb.source.rows(self.rb.dst_ids[a:b])
+
+    def _grad(self, outputs, inputs: list, grad_outputs) -> tuple:
+        """``torch.autograd.grad`` of ``outputs`` w.r.t. ``inputs`` (unused: None); the input
+        rows read since the last call get their share of the input's gradient too."""
+        leaves = self.input.take_leaves() if self.input is not None else []
+        got = torch.autograd.grad(outputs, list(inputs) + [x for _, x in leaves], grad_outputs,
+                                  allow_unused=True)
+        for (a, x), g in zip(leaves, got[len(inputs):]):
+            self.input.add_grad(a, g)
+        return got[:len(inputs)]
 
     def _dst_rows(self, a: int, b: int) -> torch.Tensor:
         """Destination rows ``[a, b)`` for an output run (GAT without a residual map reads
@@ -383,9 +424,10 @@ class _Run:
             if self.is_gat:
                 self.er = torch.cat([dst_term(self.conv, self._pull_dst(a, b)).detach()
                                      for a, b in self._dst_chunks()])
-                if for_backward and _compressing(rb.compression) and \
-                        projection_keepable(self.conv):
-                    self.ft_kept = _Kept(rb.compression, torch.Size())
+                if for_backward and _compressing(rb.compression):
+                    self.el_kept = []
+                    if projection_keepable(self.conv):
+                        self.ft_kept = _Kept(rb.compression, torch.Size())
             self.mode = "collect"
             for group in rb.groups:
                 self._call(group, self._dst_stub())
@@ -406,13 +448,23 @@ class _Run:
         # The output runs go over destination rows in chunks: their rows are pulled now, and
         # again in backward, never alive across the groups or the later layers.
         self.mode = "emit"
-        outs = []
+        out: Optional[torch.Tensor] = None
         keep = _Kept(self.rb.compression, self.final.shape)
-        for a, b in self._dst_chunks():
+        chunks = self._dst_chunks()
+        for a, b in chunks:
             self.emitted = self.final[a:b]
-            outs.append(self._call(None, self._dst_rows(a, b).detach(), (a, b)).detach())
+            o = self._call(None, self._dst_rows(a, b).detach(), (a, b)).detach()
+            if len(chunks) == 1:
+                out = o
+            else:  # written into place: chunks and their concatenation are never both alive
+                if out is None:
+                    out = o.new_empty((rb.num_dst,) + tuple(o.shape[1:]))
+                out[a:b] = o
+            del o
             keep.add(self.emitted)
         self.final, self.kept = None, keep
+        if self.input is not None:
+            self.input.keep(self.rb.compression if for_backward else None, for_backward)
         # The accumulators are the aggregate itself (or, for GAT, its unnormalized sum): with
         # INT2 the kept copy replaces them, and backward reads only the small softmax terms
         # (max, denominator) and a max/min aggregation's winners.
@@ -422,11 +474,13 @@ class _Run:
             self.soft.acc = None
         self.emitted = None
         self.captured = ()
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
+        return out
 
     def backward(self, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
         rb, params = self.rb, self.params
         grads: list[Optional[torch.Tensor]] = [None] * len(params)
+        if self.input is not None:
+            self.input.start_backward()
 
         def add(got) -> None:
             for i, g in enumerate(got):
@@ -434,12 +488,12 @@ class _Run:
                     grads[i] = g if grads[i] is None else grads[i] + g
 
         kept, self.kept = self.kept, None
-        # the aggregate's gradient is needed only where backward revisits the groups; GAT's
-        # goes heads first, the layout its attention gradients multiply with
+        # the aggregate's gradient is needed only where backward revisits the groups. GAT's is
+        # the output's own gradient where the output map adds only a bias (DGL's default): then
+        # ``gout`` serves as it, and no second destination-sized gradient is allocated.
         g_agg, dsum = None, None
         if self.is_gat:
-            g_agg = torch.zeros((kept.shape[1], kept.shape[0]) + tuple(kept.shape[2:]),
-                                dtype=kept.dtype)
+            gout = gout.contiguous()
             dsum = torch.zeros(kept.shape[0], *kept.shape[1:-1], 1, dtype=kept.dtype)
         elif self.src_grad:
             g_agg = kept.new_zeros()
@@ -449,12 +503,16 @@ class _Run:
             self.emitted = agg.detach().requires_grad_(True)
             with torch.enable_grad():
                 out = self._call(None, self._dst_rows(a, b), (a, b))
-                got = torch.autograd.grad(out, params + [self.emitted], gout[a:b],
-                                          allow_unused=True)
+                got = self._grad(out, params + [self.emitted], gout[a:b])
             add(got[:-1])
             g = got[-1]
-            if g is not None and self.is_gat:
-                g_agg[:, a:b] = g.transpose(0, 1)
+            if self.is_gat:
+                g = torch.zeros_like(agg) if g is None else g
+                if g_agg is not None or not torch.equal(g, gout[a:b]):
+                    if g_agg is None:  # the first chunk whose gradient is not gout's
+                        g_agg = torch.zeros_like(gout)
+                        g_agg[:a] = gout[:a]
+                    g_agg[a:b] = g
                 # The softmax term D_i = sum_j a_ij <g_i, ft_j> = <g_i, sum_j a_ij ft_j> is
                 # the gradient's dot with the aggregate: no pass over the groups computes it.
                 dsum[a:b] = (g * agg).sum(-1, keepdim=True)
@@ -463,7 +521,7 @@ class _Run:
             del out, got, agg, g
         self.emitted, self.captured = None, ()
         if self.is_gat:
-            add(self._gat_backward(g_agg, dsum))
+            add(self._gat_backward(gout if g_agg is None else g_agg, dsum))
         elif self.src_grad and rb.groups:
             self.mode = "partial"
             for group in rb.groups:
@@ -472,7 +530,7 @@ class _Run:
                     (u,) = self.captured
                     self.captured = ()
                     gu = self._spmm_grad(group, u, g_agg)
-                    add(torch.autograd.grad(u, params, gu, allow_unused=True))
+                    add(self._grad(u, params, gu))
                 del u, gu
         return grads
 
@@ -494,6 +552,7 @@ class _Run:
         grad_er = torch.zeros_like(st.den)
         grads: list[Optional[torch.Tensor]] = [None] * len(params)
         kept, self.ft_kept = self.ft_kept, None
+        el_kept, self.el_kept = self.el_kept, None
         # With the projection kept, a group's recompute saves nothing larger than what is alive
         # anyway (its rows, their projection): compressing those saves would only cost time.
         hooks = contextlib.nullcontext if kept is not None else self._compress
@@ -503,11 +562,11 @@ class _Run:
                 self._call(group, self._dst_stub(), project=project)
                 ft, el, er = self.captured
                 self.captured = ()
-                gft, gel = kernels.attention_grads(group.graph, ft.detach(), el.detach(),
-                                                   er.detach(), st.m, st.den, None, dsum,
-                                                   self.slope, rb.chunk_rows, grad_er,
-                                                   gout_heads=g_agg)
-                got = torch.autograd.grad([ft, el], params, [gft, gel], allow_unused=True)
+                el_fwd = el.detach() if el_kept is None else el_kept[i]
+                gft, gel = kernels.attention_grads(group.graph, ft.detach(), el_fwd,
+                                                   er.detach(), st.m, st.den, g_agg, dsum,
+                                                   self.slope, rb.chunk_rows, grad_er)
+                got = self._grad([ft, el], params, [gft, gel])
             for i, g in enumerate(got):
                 if g is not None:
                     grads[i] = g if grads[i] is None else grads[i] + g
@@ -517,13 +576,73 @@ class _Run:
         for a, b in self._dst_chunks():
             with torch.enable_grad():
                 er = dst_term(self.conv, self._pull_dst(a, b))
-                got = torch.autograd.grad(er, params, grad_er[a:b], allow_unused=True)
+                got = self._grad(er, params, grad_er[a:b])
             grads = [x if y is None else (y if x is None else x + y) for x, y in zip(grads, got)]
         return grads
 
 
 def _keep(t):
     return t
+
+
+class _InputRows:
+    """A later layer's input rows, read by position: in forward views of the input; from
+    forward to backward the input itself, or with ``compression`` INT2 runs of ``chunk_rows``
+    rows (the groups' and destination chunks' grid); in backward leaves whose gradients
+    :meth:`add_grad` gathers into the input's."""
+
+    def __init__(self, feat: torch.Tensor, chunk_rows: int) -> None:
+        self.grad = feat.requires_grad
+        self.shape, self.dtype = feat.shape, feat.dtype
+        self.feat: Optional[torch.Tensor] = feat.detach()
+        self.step = chunk_rows if chunk_rows > 0 else max(int(feat.shape[0]), 1)
+        self.kept: Optional[_Kept] = None
+        self.recording = False  # backward: rows are leaves
+        self.leaves: list[tuple[int, torch.Tensor]] = []
+        self.grad_in: Optional[torch.Tensor] = None
+
+    def keep(self, compression: Any, for_backward: bool) -> None:
+        """End of forward: keep the input for backward (INT2 with ``compression``) or drop it."""
+        if not for_backward:
+            self.feat = None
+        elif _compressing(compression):
+            self.kept = _Kept(compression, self.shape)
+            for a in range(0, self.shape[0], self.step):
+                self.kept.add(self.feat[a:a + self.step])
+            self.feat = None
+
+    def rows(self, a: int, b: int) -> torch.Tensor:
+        """Rows ``[a, b)`` (``a`` on the grid of ``chunk_rows``, ``b - a`` at most one step)."""
+        if self.feat is not None:
+            x = self.feat[a:b]
+        else:
+            k = a // self.step
+            x = self.kept.chunk(k)[a - k * self.step:b - k * self.step]
+        if self.recording and self.grad:
+            x = x.detach().requires_grad_(True)
+            self.leaves.append((a, x))
+        return x
+
+    def start_backward(self) -> None:
+        """Rows read from now on are leaves; the input's gradient starts at zero."""
+        self.recording = True
+        if self.grad:
+            self.grad_in = torch.zeros(self.shape, dtype=self.dtype)
+
+    def take_leaves(self) -> list[tuple[int, torch.Tensor]]:
+        """The leaves read since the last call."""
+        leaves, self.leaves = self.leaves, []
+        return leaves
+
+    def add_grad(self, a: int, g: Optional[torch.Tensor]) -> None:
+        """Add the gradient of the rows read from ``a`` on."""
+        if g is not None:
+            self.grad_in[a:a + g.shape[0]] += g
+
+    def take_grad(self) -> Optional[torch.Tensor]:
+        """The input's gradient (end of backward); frees what was kept."""
+        g, self.grad_in, self.feat, self.kept = self.grad_in, None, None, None
+        return g
 
 
 def _compressing(cfg: Any) -> bool:
@@ -587,27 +706,38 @@ def _aggregate_first(conv: nn.Module, on: bool):
 
 
 class _RematFn(torch.autograd.Function):
-    """The layer over all groups as one autograd node (inputs: the learnable tensors)."""
+    """The layer over all groups as one autograd node (inputs: the layer's input, for a block
+    without a row source, and the learnable tensors)."""
 
     @staticmethod
-    def forward(ctx, run: _Run, *params: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, run: _Run, feat: Optional[torch.Tensor], *params: torch.Tensor):
         ctx.run = run
         return run.forward(for_backward=True)
 
     @staticmethod
     def backward(ctx, gout: torch.Tensor):
         run, ctx.run = ctx.run, None
-        return (None, *run.backward(gout))
+        grads = run.backward(gout)
+        return (None, run.input.take_grad() if run.input is not None else None, *grads)
 
 
-def remat_layer(conv: nn.Module, rb: RematBlock) -> torch.Tensor:
-    """Layer ``conv`` on RematBlock ``rb`` (see the module docstring)."""
+def remat_layer(conv: nn.Module, rb: RematBlock,
+                feat: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Layer ``conv`` on RematBlock ``rb`` (see the module docstring); ``feat`` is the layer's
+    input where ``rb`` has no row source (a later layer)."""
     check_layer(conv)
-    run = _Run(conv, rb)
-    if not torch.is_grad_enabled() or not run.params:
+    if rb.source is None:
+        if feat is None or feat.dim() != 2 or feat.shape[0] != rb.num_src:
+            raise UserError(f"sampled.rematerialize: a later layer's input must be one tensor "
+                            f"of {rb.num_src} rows (the block's sources); got "
+                            f"{None if feat is None else tuple(feat.shape)}")
+        rb.width, rb.dtype = int(feat.shape[1]), feat.dtype
+    run = _Run(conv, rb, feat if rb.source is None else None)
+    learns = run.params or (run.input is not None and run.input.grad)
+    if not torch.is_grad_enabled() or not learns:
         with torch.no_grad():
             return run.forward()
-    return _RematFn.apply(run, *run.params)
+    return _RematFn.apply(run, feat if run.input is not None else None, *run.params)
 
 
 def check_layer(conv: nn.Module) -> None:
@@ -640,7 +770,7 @@ def install(model: nn.Module) -> nn.Module:
                     if args or kwargs:
                         raise UserError("sampled.rematerialize: the first layer was called "
                                         "with edge weights or extra arguments")
-                    return remat_layer(self, graph)
+                    return remat_layer(self, graph, feat)
                 return self._remat_prev(graph, feat, *args, **kwargs)
             mod.forward = types.MethodType(forward, mod)
     return model

@@ -39,10 +39,10 @@ def grad_errors(a: dict, b: dict) -> dict:
 
 
 def compare(model, blocks, source_rows, owner, y, dtype, chunk_rows=0, embedding=None,
-            compression=None, grads_out=None):
+            compression=None, grads_out=None, layers=1):
     """(loss error, per-tensor gradient errors, (partition, rows) per group, pulls of source
-    rows that are not destination rows in backward) of the rematerialized model against the
-    stock one on the same blocks;
+    rows that are not destination rows in backward) of the rematerialized model (its first
+    ``layers`` layers) against the stock one on the same blocks;
     ``grads_out`` (a dict), if given, receives the rematerialized model's gradients."""
     import dgl
 
@@ -65,7 +65,10 @@ def compare(model, blocks, source_rows, owner, y, dtype, chunk_rows=0, embedding
     src = EmbeddingRows(e2) if e2 is not None else Counting(_Reader(source_rows))
     rb = RematBlock(blocks[0], src, owner, own_part=0, chunk_rows=chunk_rows,
                     compression=compression)
-    loss2 = F.cross_entropy(m2([rb] + list(blocks[1:]), rb.placeholder(x.shape[1], dtype)), y)
+    later = [RematBlock(b, None, chunk_rows=chunk_rows, compression=compression)
+             for b in blocks[1:layers]]
+    loss2 = F.cross_entropy(m2([rb] + later + list(blocks[layers:]),
+                               rb.placeholder(x.shape[1], dtype)), y)
     n_fwd = len(pulls)
     loss2.backward()
     back = sum(pulls[n_fwd:])
@@ -143,6 +146,24 @@ def test_learnable_input_embeddings(batch, name, args):
     lerr, gerr, _, _ = compare(model, blocks, None, lambda i: owner[i], y, torch.float64, 3, emb)
     assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
     assert gerr["embedding"] <= 1e-9
+
+
+@pytest.mark.parametrize("name,args", MODELS)
+@pytest.mark.parametrize("chunk_rows", [0, 3])
+def test_later_layer_rematerialized(batch, name, args, chunk_rows):
+    """Both layers rematerialized (the second over the first's output, by position): loss and
+    every gradient equal stock's in float64, stored features and learnable embeddings."""
+    from dsgraph.models.registry import build_model
+    blocks, feat, owner, y = batch
+    torch.manual_seed(4)
+    model = build_model(name, 16, 3, args).double()
+    lerr, gerr, _, _ = compare(copy.deepcopy(model), blocks, lambda i: feat[i],
+                               lambda i: owner[i], y, torch.float64, chunk_rows, layers=2)
+    assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
+    emb = torch.nn.Embedding(feat.shape[0], 16).double()
+    lerr, gerr, _, _ = compare(model, blocks, None, lambda i: owner[i], y, torch.float64,
+                               chunk_rows, emb, layers=2)
+    assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
 
 
 def test_composes_with_int2_compression(batch):
