@@ -4,8 +4,8 @@ Settings: fanouts [10, 25], [15, 10, 5] and [25, 25] (one layer per fanout), fea
 and 512, hidden 256 (GAT: 4 heads of 64), GraphSAGE (mean) and GAT; variants ``stock`` (plain
 sampled training), ``remat`` (``sampled.rematerialize``: the first block's sources aggregated one
 owning partition at a time, in chunks of ``sar.chunk_rows`` rows, rebuilt in backward; for GAT
-the second layer too, ``sampled.remat_layers`` 2, see ``REMAT_LAYERS``) and ``remat_int2`` (the
-same plus ``compression.enabled``: INT2 saves inside each group's backward).
+every layer but the output layer, ``sampled.remat_layers``, see :func:`remat_layers`) and
+``remat_int2`` (the same plus ``compression.enabled``: INT2 saves inside each group's backward).
 
 Every setting is a real ``train.mode: sampled`` job (``train.__main__.launch``: 2 METIS
 partitions on this host, 2 DistGraph servers, 2 trainers), fresh processes per repeat, each
@@ -55,11 +55,16 @@ MODELS = {"sage": {"hidden": HIDDEN, "aggregator": "mean"}, "gat": {"hidden": HI
 # idle machine): 2048 rows 0.52x of stock's memory at 1.16x the batch time, 1024 rows 0.48x at
 # 1.19x; the output runs' destination chunks set the peak, the pulls are mostly cached rows.
 CHUNK_ROWS = 1024
-# sampled.remat_layers of the remat variants, per model. GAT's second layer's backward set its
-# peak with only the first rematerialized (probe jobs, [15, 10, 5], width 512, INT2, 3 epochs:
-# 38.2 MB with 1 layer, 34.5 MB with 2, before the aggregate's gradient stopped being copied);
-# SAGE's does not (35.7 MB with 1 layer, 37.4 MB with 2, and slower).
-REMAT_LAYERS = {"sage": 1, "gat": 2}
+
+
+def remat_layers(model: str, fanouts: list) -> int:
+    """``sampled.remat_layers`` of the remat variants. GAT: every layer but the output layer
+    (its sources are the batch's last hop, a few thousand rows), since with only the first
+    rematerialized the second layer's backward set GAT's peak (probe jobs, [15, 10, 5], width
+    512, INT2, 3 epochs: 38.2 MB with 1 layer, 34.5 MB with 2, before the aggregate's
+    gradient stopped being copied). SAGE: the first only (35.7 MB with 1, 37.4 MB with 2, and
+    slower)."""
+    return max(1, len(fanouts) - 1) if model == "gat" else 1
 SETTLED = 0.005  # "accuracy has settled": the last two validation accuracies within 0.5 point
 CACHE = Path("data/bench_sampled_remat")
 # See benchmarks/sar.py: glibc reads it at start, so it is set for every measured process.
@@ -221,8 +226,9 @@ def add_ratios(records: list[dict]) -> None:
 
 # --- running the jobs ----------------------------------------------------------------------------
 
-def _variant_sets(variant: str, model: str) -> list[str]:
-    remat = [f"sar.chunk_rows={CHUNK_ROWS}", f"sampled.remat_layers={REMAT_LAYERS[model]}"]
+def _variant_sets(variant: str, model: str, fanouts: list) -> list[str]:
+    remat = [f"sar.chunk_rows={CHUNK_ROWS}",
+             f"sampled.remat_layers={remat_layers(model, fanouts)}"]
     return {"stock": ["sampled.rematerialize=false", "compression.enabled=false"],
             "remat": ["sampled.rematerialize=true", "compression.enabled=false", *remat],
             "remat_int2": ["sampled.rematerialize=true", "compression.enabled=true",
@@ -257,7 +263,7 @@ def _job(base: list[str], setting: dict, scale: dict, run_dir: Path) -> dict[str
         f"sampled.batch_size={scale['batch_size']}", f"train.epochs={scale['epochs']}",
         f"train.eval_every={scale['eval_every']}", "train.seed=0", "train.timeout_s=1800",
         "cluster.num_threads=1",
-        *_variant_sets(setting["variant"], setting["model"])])
+        *_variant_sets(setting["variant"], setting["model"], setting["fanouts"])])
     run_dir = prepare_run_dir(cfg, str(run_dir), resume=False, force=True)
     with environ(MMAP_ENV):
         summary = launch(cfg, run_dir, False, ["--hook", "benchmarks.sampled_remat:measure"])
@@ -270,7 +276,8 @@ def run(quick: bool) -> Path:
     report = Report(VIEW, quick, repeats=scale["repeats"])
     report.extra["settings"] = {**{k: v for k, v in scale.items() if k not in ("fanouts", "feat_dims")},
                                 "hidden": HIDDEN, "chunk_rows": CHUNK_ROWS,
-                                "remat_layers": REMAT_LAYERS, "partitions": 2,
+                                "remat_layers": "SAGE 1, GAT all but the output layer",
+                                "partitions": 2,
                                 "trainers": 2, "settled_within": SETTLED,
                                 "models": MODELS, "threads_per_process": 1}
     t_start = time.perf_counter()

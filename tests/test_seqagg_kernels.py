@@ -54,11 +54,9 @@ def test_sum_fold_equals_one_aggregation(num_dst, num_edges, chunk_rows, reduce,
 
 @pytest.mark.parametrize("spread", [1.0, 60.0], ids=["narrow-logits", "shift-moves"])
 @pytest.mark.parametrize("chunk_rows", [0, 7])
-@pytest.mark.parametrize("by_head", [False, True], ids=["gout", "gout-by-head"])
-def test_attention_fold_and_grads_equal_dgl(spread, chunk_rows, by_head):
+def test_attention_fold_and_grads_equal_dgl(spread, chunk_rows):
     """Destinations without edges get 0 (as DGL); with logits 60 apart, later chunks raise
-    destinations' softmax shift by more than ``SHIFT_SLACK`` (the rescaling branch); the
-    gradients with the output gradient as is and laid out by head."""
+    destinations' softmax shift by more than ``SHIFT_SLACK`` (the rescaling branch)."""
     num_src, num_dst, heads, width, slope = 40, 12, 3, 5, 0.2
     s, d, _ = _group(num_src, num_dst, 150, seed=7)
     keep = d < num_dst - 2  # the last two destinations get no edge
@@ -86,8 +84,7 @@ def test_attention_fold_and_grads_equal_dgl(spread, chunk_rows, by_head):
     want = torch.autograd.grad(ref, leaves, gout)
     dsum = (gout * got).sum(-1, keepdim=True)
     grad_er = torch.zeros_like(er)
-    gft, gel = kernels.attention_grads(gg, ft, el, er, st.m, st.den, None if by_head else gout,
-                                       dsum, slope, chunk_rows, grad_er,
-                                       gout_heads=kernels.by_head(gout) if by_head else None)
+    gft, gel = kernels.attention_grads(gg, ft, el, er, st.m, st.den, gout, dsum, slope,
+                                       chunk_rows, grad_er)
     for name, g, w in (("ft", gft, want[0]), ("el", gel, want[1]), ("er", grad_er, want[2])):
         assert torch.allclose(g, w, rtol=1e-9, atol=1e-12), name

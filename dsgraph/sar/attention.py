@@ -81,7 +81,6 @@ class GatAttention(SavePolicyFunction):
         grad_ft: Optional[torch.Tensor] = None
         grad_el: Optional[torch.Tensor] = None
         grad_er = torch.zeros_like(er)
-        gout_heads = kernels.by_head(gout)  # once, not per part
         push = rt.pusher(None, [tuple(ft.shape[1:]), tuple(el.shape[1:])], ft.dtype) \
             if n > 1 else None
         for j, a, rows in rt.fetch_rows((ft, el)):
@@ -90,8 +89,8 @@ class GatAttention(SavePolicyFunction):
                 continue
             ftj, elj = rows
             del rows
-            gft, gel = kernels.attention_grads(plan.group(j), ftj, elj, er, m, den, None, dsum,
-                                               slope, rt.chunk_rows, grad_er, a, gout_heads)
+            gft, gel = kernels.attention_grads(plan.group(j), ftj, elj, er, m, den, gout, dsum,
+                                               slope, rt.chunk_rows, grad_er, a)
             del ftj, elj
             if j == k:
                 grad_ft, grad_el = gft, gel

@@ -277,39 +277,39 @@ def attention_finish(st: SoftmaxState, num_dst: int, ft_row_shape: tuple,
 
 def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
                    er: torch.Tensor, m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor,
-                   slope: float, chunk_rows: int, row0: int = 0) -> None:
+                   slope: float, chunk_rows: int, row0: int = 0,
+                   dots: Optional[list] = None) -> None:
     """Add the share of ``D_i = sum_j a_ij <g_i, ft_j>`` (backward pass 1) of the group's rows
-    ``ft``, ``el`` (from ``row0`` on) to ``dsum``."""
+    ``ft``, ``el`` (from ``row0`` on) to ``dsum``; ``dots``, if given, receives each chunk's
+    ``<g_i, ft_j>`` (edges x heads x 1) for :func:`attention_grads`."""
     lo = row0
     for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
         att = attention(g, logits(g, el[a - lo:b - lo], er, slope), m, den)
-        att.mul_(dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v"))
+        dot = dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v")
+        att.mul_(dot)
+        if dots is not None:
+            dots.append(dot)
+        del dot
         dsum.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, att))
         del att
 
 
-def by_head(t: torch.Tensor) -> torch.Tensor:
-    """``t`` (nodes x heads x F) as heads x nodes x F, contiguous: the layout
-    :func:`attention_grads` multiplies with, one head at a time."""
-    return t.transpose(0, 1).contiguous()
-
-
 def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
-                    m: torch.Tensor, den: torch.Tensor, gout: Optional[torch.Tensor],
-                    dsum: torch.Tensor, slope: float, chunk_rows: int, grad_er: torch.Tensor,
-                    row0: int = 0, gout_heads: Optional[torch.Tensor] = None):
+                    m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor, dsum: torch.Tensor,
+                    slope: float, chunk_rows: int, grad_er: torch.Tensor, row0: int = 0,
+                    dots: Optional[list] = None):
     """(grad of the ``ft`` rows, of the ``el`` rows: the group's rows from ``row0`` on); adds
     their share of the destination ``er`` gradient to ``grad_er`` (backward pass 2).
 
     Per chunk and head, the rows' edges are a CSR matrix (rows x destinations: the group's
-    edges are sorted by row), so ``ft``'s gradient is one sparse x dense product, with no
-    edge x F tensor. The output gradient comes as ``gout`` (destinations x heads x F) or as
-    ``gout_heads = by_head(gout)``: with the latter (a copy the caller can afford) the logits'
-    ``<ft_j, g_i>`` are sampled products per head too, else one DGL ``gsddmm`` over the chunk's
-    block (about 1 ms more per chunk, no copy of ``gout``).
+    edges are sorted by row), so ``ft``'s gradient is one sparse x dense product with ``gout``'s
+    head (no edge x F tensor); the logits' ``<ft_j, g_i>`` are one DGL ``gsddmm`` over the
+    chunk's block, or taken from ``dots`` (what :func:`attention_dsum` computed, chunk by
+    chunk: then no block is built). (``torch.sparse.sampled_addmm`` per head is faster but
+    wants each head of ``gout`` contiguous: a copy of ``gout``, a destination-sized tensor,
+    which sampled rematerialization's peak cannot afford.)
     """
     heads = el.shape[1]
-    gh = gout_heads
     gft, gel = torch.zeros_like(ft), torch.zeros_like(el)
     num_dst = gg.num_dst
     er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
@@ -326,20 +326,16 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
             .div_(den2.index_select(0, v))  # E x heads
         del z
         crow = gg.row_ptr[a:b + 1] - ea
-        rows = ft[a - lo:b - lo].reshape(b - a, heads, -1)
-        fh = by_head(rows) if gh is not None else None
         att_h = att.t().contiguous()
-        gs = att.new_empty((heads, eb - ea)) if gh is not None else \
-            dgl.ops.gsddmm(gg.block(a, b), "dot", rows, gout, "u", "v").view(-1, heads).t()
         with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
             warnings.simplefilter("ignore", UserWarning)
             for h in range(heads):
                 pat = torch.sparse_csr_tensor(crow, v, att_h[h], (b - a, num_dst))
-                gft[a - lo:b - lo, h] = torch.mm(pat, gh[h] if gh is not None else gout[:, h])
-                if gh is not None:
-                    gs[h] = torch.sparse.sampled_addmm(pat, fh[h], gh[h].t(), beta=0.0).values()
-        del fh, att_h, rows
-        gs = gs.t().sub_(ds2.index_select(0, v)).mul_(att)
+                gft[a - lo:b - lo, h] = torch.mm(pat, gout[:, h])
+        del att_h
+        gs = dots.pop(0) if dots else \
+            dgl.ops.gsddmm(gg.block(a, b), "dot", ft[a - lo:b - lo], gout, "u", "v")
+        gs = gs.view(-1, heads).sub_(ds2.index_select(0, v)).mul_(att)
         del att
         gz = torch.where(pos, gs, gs * slope)  # leaky_relu backward, as torch computes it
         del gs, pos
@@ -350,6 +346,5 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
 
 
 __all__ = ["SpmmState", "SoftmaxState", "attention", "attention_dsum", "attention_finish",
-           "by_head",
            "attention_fold", "attention_grads", "chunk_slice", "logits", "spmm_finish",
            "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad"]

@@ -546,6 +546,38 @@ class _Run:
         return kernels.spmm_linear_grad(gg, "copy_lhs", g_agg, None, tuple(u.shape),
                                         rb.chunk_rows, div)
 
+    def _gat_dsum(self, g_agg: torch.Tensor, kept: Optional[_Kept], el_kept: list,
+                  dsum: torch.Tensor) -> list:
+        """With compression: the softmax term ``D_i = sum_j a_ij <g_i, ft_j>`` from the groups'
+        rows as backward reads them (the kept projection, INT2), not off the INT2 aggregate.
+
+        The logits' gradients are ``a_ij (<g_i, ft_j> - D_i)``: with ``D`` from a separately
+        quantized aggregate, their sum over a destination's edges is quantization noise
+        instead of zero, which the destination and source terms' gradients pick up (a
+        rematerialized output layer lost 6 points of accuracy that way). One more pass over
+        the groups, without pulling or projecting rows where the projection is kept. Returns
+        per group its chunks' ``<g_i, ft_j>``, which the gradient pass then reads (edges x
+        heads: 1/64 of the rows' size at 64 features per head) instead of computing again.
+        """
+        rb, st = self.rb, self.soft
+        dsum.zero_()
+        dots: list = []
+        for i, group in enumerate(rb.groups):
+            if kept is not None:
+                ft = kept.chunk(i)
+            else:
+                with torch.no_grad():
+                    self._call(group, self._dst_stub())
+                ft = self.captured[0].detach()
+                self.captured = ()
+                if self.input is not None:
+                    self.input.take_leaves()  # rows read without grad: no gradient to route
+            dots.append([])
+            kernels.attention_dsum(dsum, group.graph, ft, el_kept[i], self.er, st.m, st.den,
+                                   g_agg, self.slope, rb.chunk_rows, dots=dots[-1])
+            del ft
+        return dots
+
     def _gat_backward(self, g_agg: torch.Tensor, dsum: torch.Tensor):
         rb, params, st = self.rb, self.params, self.soft
         self.mode = "partial"
@@ -553,6 +585,7 @@ class _Run:
         grads: list[Optional[torch.Tensor]] = [None] * len(params)
         kept, self.ft_kept = self.ft_kept, None
         el_kept, self.el_kept = self.el_kept, None
+        dots = self._gat_dsum(g_agg, kept, el_kept, dsum) if el_kept is not None else None
         # With the projection kept, a group's recompute saves nothing larger than what is alive
         # anyway (its rows, their projection): compressing those saves would only cost time.
         hooks = contextlib.nullcontext if kept is not None else self._compress
@@ -565,11 +598,12 @@ class _Run:
                 el_fwd = el.detach() if el_kept is None else el_kept[i]
                 gft, gel = kernels.attention_grads(group.graph, ft.detach(), el_fwd,
                                                    er.detach(), st.m, st.den, g_agg, dsum,
-                                                   self.slope, rb.chunk_rows, grad_er)
+                                                   self.slope, rb.chunk_rows, grad_er,
+                                                   dots=None if dots is None else dots[i])
                 got = self._grad([ft, el], params, [gft, gel])
-            for i, g in enumerate(got):
+            for j, g in enumerate(got):
                 if g is not None:
-                    grads[i] = g if grads[i] is None else grads[i] + g
+                    grads[j] = g if grads[j] is None else grads[j] + g
             del ft, el, er, gft, gel, got
         # the destination term's gradient, through its graph rebuilt now (cheaper in memory
         # than keeping the output run's graph, with the destination rows, across the groups)

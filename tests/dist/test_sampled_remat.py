@@ -166,6 +166,33 @@ def test_later_layer_rematerialized(batch, name, args, chunk_rows):
     assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
 
 
+class _UserGat(torch.nn.Module):
+    """A user's 2-layer GAT whose layers have a residual map and an activation: the output map
+    after the aggregation is more than a bias, so the aggregate's gradient is not the
+    output's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from dgl.nn import GATConv
+        self.layers = torch.nn.ModuleList([
+            GATConv(16, 4, 2, residual=True, activation=F.elu, allow_zero_in_degree=True),
+            GATConv(8, 3, 1, residual=True, allow_zero_in_degree=True)])
+
+    def forward(self, blocks, x):
+        h = self.layers[0](blocks[0], x).flatten(1)
+        return self.layers[1](blocks[1], h).mean(1)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_gat_with_residual_and_activation(batch, layers):
+    blocks, feat, owner, y = batch
+    torch.manual_seed(5)
+    model = _UserGat().double()
+    lerr, gerr, _, _ = compare(model, blocks, lambda i: feat[i], lambda i: owner[i], y,
+                               torch.float64, 3, layers=layers)
+    assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
+
+
 def test_composes_with_int2_compression(batch):
     """INT2 inside the groups' backward (GAT: each group's source projection, kept INT2 from
     forward instead of recomputed): the forward stays exact, only the first layer's
