@@ -249,6 +249,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
      "with cluster.netns, got null"),
     (["cluster.netns_shm=true"],
      "cluster.netns_shm: true needs cluster.netns (one network namespace per machine), got none"),
+    (["sampled.rematerialize=true", "sampled.fanouts=[10, 5]", "sampled.remat_layers=3"],
+     "sampled.remat_layers: expected at most one per layer (2 fanouts), got 3"),
 ])
 def test_cross_field_rules(sets, message):
     with pytest.raises(ConfigError) as err:

@@ -258,8 +258,9 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
         if st.acc is None:
             st.acc = rows.new_zeros((gg.num_dst,) + tuple(rows.shape[1:]))
         # weighted rows per edge, at most chunk_rows edges at a time (a chunk's edges can be
-        # several times its rows: the messages of all of them would outweigh the rows)
-        step = chunk_rows if chunk_rows > 0 else eb - ea
+        # several times its rows: the messages of all of them would outweigh the rows); without
+        # chunks, as many edges as destinations: the partial sum a DGL aggregation would make
+        step = chunk_rows if chunk_rows > 0 else max(gg.num_dst, 1)
         for e0 in range(0, eb - ea, step):
             msg = rows.index_select(0, u[e0:e0 + step])
             msg.mul_(p[e0:e0 + step].view((msg.shape[0], heads) + (1,) * (msg.dim() - 2)))
