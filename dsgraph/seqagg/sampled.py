@@ -513,9 +513,11 @@ class _Run:
                         g_agg = torch.zeros_like(gout)
                         g_agg[:a] = gout[:a]
                     g_agg[a:b] = g
-                # The softmax term D_i = sum_j a_ij <g_i, ft_j> = <g_i, sum_j a_ij ft_j> is
-                # the gradient's dot with the aggregate: no pass over the groups computes it.
-                dsum[a:b] = (g * agg).sum(-1, keepdim=True)
+                if self.el_kept is None:
+                    # The softmax term D_i = sum_j a_ij <g_i, ft_j> = <g_i, sum_j a_ij ft_j>
+                    # is the gradient's dot with the aggregate: no pass over the groups
+                    # computes it (with compression, :meth:`_gat_dsum` does).
+                    dsum[a:b] = (g * agg).sum(-1, keepdim=True)
             elif g is not None and g_agg is not None:
                 g_agg[a:b] = g
             del out, got, agg, g
@@ -560,7 +562,6 @@ class _Run:
         heads: 1/64 of the rows' size at 64 features per head) instead of computing again.
         """
         rb, st = self.rb, self.soft
-        dsum.zero_()
         dots: list = []
         for i, group in enumerate(rb.groups):
             if kept is not None:
