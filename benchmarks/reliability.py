@@ -313,14 +313,20 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         elif case.fault == "ckpt":
             # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
             # (not the first write: --resume needs an earlier checkpoint)
-            caught = _wait_until(lambda: (run / "checkpoint.pt").exists() and
-                                 bool(_temp_files(run)), 150, proc, poll_s=0.002)
+            caught_files: list[list[str]] = [[]]
+
+            def writing() -> bool:
+                caught_files[0] = _temp_files(run)
+                return (run / "checkpoint.pt").exists() and bool(caught_files[0])
+            caught = _wait_until(writing, 150, proc, poll_s=0.002)
             if not caught:
                 raise RuntimeError(f"{case.name}: no checkpoint write was caught: "
                                    f"{err_path.read_text()[-2000:]}")
             watch.sample()
             fault_at = time.monotonic()
             proc.kill()
+            # what the kill interrupted (the job's reaper then removes it: dead writers' temps)
+            record["temp_files_at_kill"] = caught_files[0]
         try:
             proc.wait(EXIT_LIMIT_S + 30)
         except subprocess.TimeoutExpired:
@@ -349,7 +355,6 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
     record.update(exit_code=proc.returncode, message=_error_line(stderr),
                   traceback="Traceback" in stderr.split("\nerror:")[-1].split("error:")[-1])
     if case.fault == "ckpt":
-        record["temp_files_after_kill"] = _temp_files(run)
         again, again_err = _launch(ws, case, run, resume=True)
         again.wait(240)
         text = again_err.read_text(errors="replace")
@@ -380,7 +385,7 @@ def handled(case: Case, r: dict[str, Any]) -> bool:
           and not r["traceback"] and r["seconds_to_exit"] <= EXIT_LIMIT_S
           and not r["wildcard_listeners"])
     if case.fault == "ckpt":
-        ok = ok and bool(r["temp_files_after_kill"]) and r["resume_exit_code"] == 0 \
+        ok = ok and bool(r["temp_files_at_kill"]) and r["resume_exit_code"] == 0 \
             and r["resumed_epochs"] == list(range(1, 5))
     return ok
 
@@ -441,7 +446,7 @@ def run(quick: bool) -> Path:
         for case in CASES:
             r = run_case(ws, case)
             if case.fault == "ckpt":
-                r["message"] = (f"(killed while writing {', '.join(r['temp_files_after_kill'])}"
+                r["message"] = (f"(killed while writing {', '.join(r['temp_files_at_kill'])}"
                                 f"; --resume: exit {r['resume_exit_code']}, epochs "
                                 f"{','.join(map(str, r['resumed_epochs']))})")
             elif case.code == -9 and not r["message"]:

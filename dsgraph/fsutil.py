@@ -76,7 +76,7 @@ def _remove_orphans(folder: Path, pattern: str) -> list[Path]:
     with contextlib.suppress(FileNotFoundError):
         for entry in folder.iterdir():
             match = regex.fullmatch(entry.name)
-            if match is None or psutil.pid_exists(int(match.group(1))):
+            if match is None or _running(int(match.group(1))):
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
@@ -85,6 +85,17 @@ def _remove_orphans(folder: Path, pattern: str) -> list[Path]:
                     entry.unlink()
             removed.append(entry)
     return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a killed job process whose dead
+    launcher's orphans nobody has reaped yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # someone else's live process
+        return True
 
 
 def default_file_mode() -> int:

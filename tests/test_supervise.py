@@ -97,22 +97,28 @@ def _wait_dead(pids: list[int], timeout_s: float) -> bool:
 REAPED = (
     "import os, sys; from pathlib import Path\n"
     "from dsgraph.cluster.supervise import Supervisor\n"
-    "with Supervisor(Path(sys.argv[1]), 60, shm_token=sys.argv[2]) as sup:\n"
+    "run = Path(sys.argv[1])\n"
+    "with Supervisor(run / 'logs', 60, shm_token=sys.argv[2], run_dir=run) as sup:\n"
     "    for k in range(2):\n"
     "        sup.spawn(f'w{k}', ['sh', '-c', f'touch /dev/shm/{sys.argv[2]}m{k}_x; "
-    "echo up; exec sleep 60'], dict(os.environ))\n"
+    "touch {run}/.checkpoint.pt.$$.w{k}.tmp; echo up; exec sleep 60'], dict(os.environ))\n"
     "    sup.wait()\n")
 
 
 @pytest.mark.timeout(60)
 def test_kill_9_of_the_launcher_ends_its_processes_and_the_reaper_removes_job_shm(tmp_path):
+    """... and the temporary files its processes were writing in the run folder (a live
+    writer's stay)."""
     token = shm.new_token()  # owned by this live test process: no other run reclaims it
+    live = tmp_path / f".metrics.json.{os.getpid()}.x.tmp"
+    live.touch()
     launcher = subprocess.Popen([sys.executable, "-c", REAPED, str(tmp_path), token], cwd=ROOT)
     try:
         deadline = time.time() + 30
         kids: list[psutil.Process] = []
         while time.time() < deadline and not (
-                len(kids) == 3 and len(list(shm.SHM_DIR.glob(f"{token}*"))) == 2):
+                len(kids) == 3 and len(list(shm.SHM_DIR.glob(f"{token}*"))) == 2
+                and len(list(tmp_path.glob(".checkpoint.pt.*.tmp"))) == 2):
             kids = psutil.Process(launcher.pid).children()
             time.sleep(0.1)
         assert len(kids) == 3, kids  # two job processes and the reaper
@@ -122,6 +128,9 @@ def test_kill_9_of_the_launcher_ends_its_processes_and_the_reaper_removes_job_sh
         assert _wait_dead([k.pid for k in kids], 20), "processes outlived their launcher"
         assert time.time() - t0 < 20
         assert list(shm.SHM_DIR.glob(f"{token}*")) == []
+        while time.time() - t0 < 20 and list(tmp_path.glob(".checkpoint.pt.*.tmp")):
+            time.sleep(0.1)  # the reaper removes them right after the segments
+        assert list(tmp_path.glob(".checkpoint.pt.*.tmp")) == [] and live.exists()
     finally:
         for seg in shm.SHM_DIR.glob(f"{token}*"):
             seg.unlink()

@@ -75,7 +75,7 @@ class Launcher:
         self.cluster = cluster
         self.python = cluster.python or sys.executable
         self.supervisor = Supervisor(Path(run_dir) / "logs", timeout_s, shm_token=shm_token,
-                                     snapshot_shm=snapshot_shm)
+                                     snapshot_shm=snapshot_shm, run_dir=Path(run_dir))
 
     def __enter__(self) -> "Launcher":
         reclaim_shared_memory()

@@ -1,11 +1,14 @@
-"""``python -m dsgraph.cluster.reaper``: ends a job whose launcher died, and removes its shm.
+"""``python -m dsgraph.cluster.reaper``: ends a job whose launcher died, and removes its shm
+and the temporary files its processes were writing.
 
 The supervisor starts one per job, in its own session, and writes to its stdin one line per
 event: ``pid N`` (a process group it started), ``token T`` (the job's shm token), ``shm NAME``
-(a segment a job process mapped), ``done`` (the launcher cleaned up by itself). When stdin
-reaches end-of-file without ``done`` the launcher is gone, however it died (kill -9 included):
-the reaper kills every recorded process group, waits for them, removes the job's segments, and
-exits. It imports nothing heavy, so it starts in a fraction of a second.
+(a segment a job process mapped), ``dir PATH`` (the job's run folder), ``done`` (the launcher
+cleaned up by itself). When stdin reaches end-of-file without ``done`` the launcher is gone,
+however it died (kill -9 included): the reaper kills every recorded process group, waits for
+them, removes the job's segments and the temporary files of writes they left unfinished in the
+run folder (a checkpoint being written, say), and exits. It imports nothing heavy, so it starts
+in a fraction of a second.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import signal
 import sys
 import time
 
+from dsgraph import fsutil
 from dsgraph.cluster import shm
 
 
@@ -31,8 +35,10 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def reap(pids: list[int], token: str | None, segments: set[str], wait_s: float = 15.0) -> None:
-    """Kill the process groups ``pids``, wait for them, remove the job's segments."""
+def reap(pids: list[int], token: str | None, segments: set[str], wait_s: float = 15.0,
+         run_dirs: tuple[str, ...] = ()) -> None:
+    """Kill the process groups ``pids``, wait for them, remove the job's segments and the
+    temporary files of dead writers in ``run_dirs``."""
     for pid in pids:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -43,6 +49,8 @@ def reap(pids: list[int], token: str | None, segments: set[str], wait_s: float =
         time.sleep(0.05)
     shm.remove_token(token)
     shm.remove_unshared(segments, exclude={os.getpid()})
+    for path in run_dirs:
+        fsutil.remove_orphaned_temps_in(path)
 
 
 def main() -> None:
@@ -50,6 +58,7 @@ def main() -> None:
     pids: list[int] = []
     token: str | None = None
     segments: set[str] = set()
+    run_dirs: list[str] = []
     done = False
     for line in sys.stdin:
         kind, _, value = line.strip().partition(" ")
@@ -59,10 +68,12 @@ def main() -> None:
             token = value
         elif kind == "shm":
             segments.add(value)
+        elif kind == "dir":
+            run_dirs.append(value)
         elif kind == "done":
             done = True
     if not done:
-        reap(pids, token, segments)
+        reap(pids, token, segments, run_dirs=tuple(run_dirs))
 
 
 if __name__ == "__main__":

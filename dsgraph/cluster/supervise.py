@@ -95,7 +95,7 @@ class Supervisor:
 
     def __init__(self, log_dir: Path, timeout_s: float, shm_token: str | None = None,
                  grace_s: float = 5.0, snapshot_shm: bool = False, settle_s: float = 1.0,
-                 reaper: bool = True) -> None:
+                 reaper: bool = True, run_dir: Path | None = None) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s, self.grace_s, self.shm_token = timeout_s, grace_s, shm_token
@@ -110,6 +110,8 @@ class Supervisor:
         self._shm_seen: set[str] = set()
         self._use_reaper = reaper
         self._reaper: subprocess.Popen | None = None
+        # where the reaper removes dead writers' temporary files if the launcher dies
+        self._run_dir = run_dir
         self._echo = {"mid_line": False}  # an echoed progress bar may end without a newline
 
     def __enter__(self) -> "Supervisor":
@@ -137,6 +139,8 @@ class Supervisor:
                 env=_light_env())
             if self.shm_token:
                 self._tell_reaper(f"token {self.shm_token}")
+            if self._run_dir is not None:
+                self._tell_reaper(f"dir {Path(self._run_dir).resolve()}")
         try:
             self._reaper.stdin.write(f"{line}\n".encode())
             self._reaper.stdin.flush()

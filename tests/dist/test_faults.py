@@ -39,6 +39,6 @@ def test_fault(workspace, case):
     assert r["left_processes"] == [] and r["left_ports"] == [], detail
     assert r["left_shm"] == [] and r["left_temp_files"] == [], detail
     if case.fault == "ckpt":
-        assert r["temp_files_after_kill"], "the kill did not hit a checkpoint write"
+        assert r["temp_files_at_kill"], "the kill did not hit a checkpoint write"
         assert r["resume_exit_code"] == 0, r["resume_message"]
         assert r["resumed_epochs"] == list(range(1, 5))
