@@ -482,11 +482,6 @@ class _Run:
         if self.input is not None:
             self.input.start_backward()
 
-        def add(got) -> None:
-            for i, g in enumerate(got):
-                if g is not None:
-                    grads[i] = g if grads[i] is None else grads[i] + g
-
         kept, self.kept = self.kept, None
         # the aggregate's gradient is needed only where backward revisits the groups. GAT's is
         # the output's own gradient where the output map adds only a bias (DGL's default): then
@@ -504,7 +499,7 @@ class _Run:
             with torch.enable_grad():
                 out = self._call(None, self._dst_rows(a, b), (a, b))
                 got = self._grad(out, params + [self.emitted], gout[a:b])
-            add(got[:-1])
+            _accumulate(grads, got[:-1])
             g = got[-1]
             if self.is_gat:
                 g = torch.zeros_like(agg) if g is None else g
@@ -523,7 +518,7 @@ class _Run:
             del out, got, agg, g
         self.emitted, self.captured = None, ()
         if self.is_gat:
-            add(self._gat_backward(gout if g_agg is None else g_agg, dsum))
+            _accumulate(grads, self._gat_backward(gout if g_agg is None else g_agg, dsum))
         elif self.src_grad and rb.groups:
             self.mode = "partial"
             for group in rb.groups:
@@ -532,7 +527,7 @@ class _Run:
                     (u,) = self.captured
                     self.captured = ()
                     gu = self._spmm_grad(group, u, g_agg)
-                    add(self._grad(u, params, gu))
+                    _accumulate(grads, self._grad(u, params, gu))
                 del u, gu
         return grads
 
@@ -602,9 +597,7 @@ class _Run:
                                                    self.slope, rb.chunk_rows, grad_er,
                                                    dots=None if dots is None else dots[i])
                 got = self._grad([ft, el], params, [gft, gel])
-            for j, g in enumerate(got):
-                if g is not None:
-                    grads[j] = g if grads[j] is None else grads[j] + g
+            _accumulate(grads, got)
             del ft, el, er, gft, gel, got
         # the destination term's gradient, through its graph rebuilt now (cheaper in memory
         # than keeping the output run's graph, with the destination rows, across the groups)
@@ -612,12 +605,19 @@ class _Run:
             with torch.enable_grad():
                 er = dst_term(self.conv, self._pull_dst(a, b))
                 got = self._grad(er, params, grad_er[a:b])
-            grads = [x if y is None else (y if x is None else x + y) for x, y in zip(grads, got)]
+            _accumulate(grads, got)
         return grads
 
 
 def _keep(t):
     return t
+
+
+def _accumulate(grads: list, got) -> None:
+    """Add the gradients ``got`` (None: no contribution) into ``grads`` in place."""
+    for i, g in enumerate(got):
+        if g is not None:
+            grads[i] = g if grads[i] is None else grads[i] + g
 
 
 class _InputRows:
