@@ -89,6 +89,16 @@ class GroupGraph:
             if eb > ea:
                 yield a, b, self.block(a, b, reverse)
 
+    def edge_chunks(self, chunk_rows: int, lo: int = 0, hi: Optional[int] = None
+                    ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+        """``(a, b, u, v)`` per chunk of rows ``[lo, hi)`` that has edges: its edges' rows
+        (``- a``) and destinations as int64, for kernels that gather by index instead of
+        building the chunk's block."""
+        for a, b in self.bounds(chunk_rows, lo, hi):
+            ea, eb = self.edge_range(a, b)
+            if eb > ea:
+                yield a, b, self.src[ea:eb].long() - a, self.dst[ea:eb].long()
+
     def has_in_edge(self, a: int, b: int) -> torch.Tensor:
         """Bool per destination: does an edge of rows ``[a, b)`` reach it."""
         ea, eb = self.edge_range(a, b)

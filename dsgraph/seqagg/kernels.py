@@ -233,11 +233,7 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
     lo = row0
     heads = el.shape[1]
     er2 = er.reshape(er.shape[0], heads)
-    for a, b in gg.bounds(chunk_rows, lo, lo + ft.shape[0]):
-        ea, eb = gg.edge_range(a, b)
-        if eb == ea:
-            continue
-        u, v = gg.src[ea:eb].long() - a, gg.dst[ea:eb].long()
+    for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
         s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
         top = s.new_full((gg.num_dst, heads), float("-inf")).scatter_reduce_(
             0, v.unsqueeze(1).expand_as(s), s, "amax")
@@ -266,7 +262,7 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
         # several times its rows: the messages of all of them would outweigh the rows); without
         # chunks, as many edges as destinations: the partial sum a DGL aggregation would make
         step = chunk_rows if chunk_rows > 0 else max(gg.num_dst, 1)
-        for e0 in range(0, eb - ea, step):
+        for e0 in range(0, u.numel(), step):
             msg = rows.index_select(0, u[e0:e0 + step])
             msg.mul_(p[e0:e0 + step].view((msg.shape[0], heads) + (1,) * (msg.dim() - 2)))
             st.acc.index_add_(0, v[e0:e0 + step], msg)
@@ -321,16 +317,12 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
     er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
     ger2 = grad_er.view(num_dst, heads)
     lo = row0
-    for a, b in gg.bounds(chunk_rows, lo, lo + ft.shape[0]):
-        ea, eb = gg.edge_range(a, b)
-        if eb == ea:
-            continue
-        u, v = gg.src[ea:eb].long() - a, gg.dst[ea:eb].long()
+    for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
         s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
         pos = s > 0  # the input's sign too (slope >= 0, see logits)
         att = s.sub_(m2.index_select(0, v)).exp_().div_(den2.index_select(0, v))  # E x heads
         del s
-        crow = gg.row_ptr[a:b + 1] - ea
+        crow = gg.row_ptr[a:b + 1] - gg.row_ptr[a]
         att_h = att.t().contiguous()
         with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
             warnings.simplefilter("ignore", UserWarning)
