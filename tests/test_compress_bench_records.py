@@ -33,15 +33,18 @@ def _job(acts: list[float], times: list[float], acc: float, settled: bool = True
             "remote_feature_mb": 0.5, "wall_s": 10.0}
 
 
-def test_combine_medians_and_spreads_over_epochs_and_jobs() -> None:
+def test_combine_memory_from_memory_jobs_time_and_accuracy_from_timing_jobs() -> None:
     setting = {"model": "gat", "fanouts": [25, 25], "feat_dim": 512, "variant": "stock"}
-    rec = combine(setting, [_job([10.0, 14.0], [1.0, 1.0, 2.0], 0.80),
-                            _job([12.0], [3.0, 3.0], 0.82, settled=False)])
-    assert rec["peak_act_mb"] == 12.0 and rec["act_spread_mb"] == 4.0
-    assert rec["batch_s"] == 2.0  # median of the job medians 1.0 and 3.0
+    mem = [_job([10.0, 14.0], [4.0, 4.0], 0.1), _job([12.0], [6.0], 0.2)]
+    timed = [_job([30.0], [1.0, 1.0, 2.0], 0.80), _job([50.0], [3.0, 3.0], 0.82, settled=False)]
+    rec = combine(setting, mem, timed)
+    assert rec["peak_act_mb"] == 12.0 and rec["act_spread_mb"] == 4.0  # memory jobs' epochs
+    assert rec["act_default_mb"] == 40.0  # the timing jobs' epochs
+    assert rec["batch_s"] == 2.0  # median of the timing jobs' medians 1.0 and 3.0
+    assert rec["batch_mmap_s"] == 5.0  # the memory jobs' (4.0 and 6.0)
     assert rec["batch_spread_s"] > 0
     assert rec["test_acc"] == pytest.approx(0.81) and not rec["acc_settled"]
-    assert rec["measured_epochs"] == 3 and rec["jobs"] == 2 and rec["wall_s"] == 20.0
+    assert rec["measured_epochs"] == 3 and rec["jobs"] == 4 and rec["wall_s"] == 40.0
 
 
 def test_ratios_against_stock_of_the_same_setting_and_rows() -> None:
@@ -49,12 +52,15 @@ def test_ratios_against_stock_of_the_same_setting_and_rows() -> None:
     for variant, act, t, acc in (("stock", 100.0, 1.0, 0.80), ("remat", 40.0, 1.2, 0.80),
                                  ("remat_int2", 20.0, 1.5, 0.79)):
         recs.append({"model": "sage", "fanouts": [10, 25], "feat_dim": 128, "variant": variant,
-                     "peak_act_mb": act, "batch_s": t, "test_acc": acc})
+                     "peak_act_mb": act, "batch_s": t, "test_acc": acc,
+                     "batch_mmap_s": 2 * t, "act_default_mb": 3 * act})
     recs.append({"model": "sage", "fanouts": [25, 25], "feat_dim": 128, "variant": "remat",
                  "peak_act_mb": 5.0, "batch_s": 1.0, "test_acc": 0.5})  # its stock is missing
     add_ratios(recs)
     assert [r["act_ratio"] for r in recs] == [1.0, 0.4, 0.2, None]
     assert recs[2]["time_ratio"] == 1.5 and recs[2]["acc_delta"] == pytest.approx(-0.01)
+    assert recs[2]["time_ratio_mmap"] == 1.5 and recs[1]["act_ratio_default"] == pytest.approx(0.4)
+    assert recs[3]["time_ratio_mmap"] is None
     rows = table_rows(recs)
     assert rows[0]["fanouts"] == "10,25" and recs[0]["fanouts"] == [10, 25]
     assert set(VIEW.key) <= set(VIEW.columns)

@@ -182,21 +182,6 @@ def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
 
 # --- GAT: attention + aggregation with an online softmax -------------------------------------
 
-def logits(g, el: torch.Tensor, er: torch.Tensor, slope: float) -> torch.Tensor:
-    """``leaky_relu(el_u + er_v)`` per edge of block ``g``: E x heads x 1.
-
-    With ``slope >= 0`` the result is > 0 exactly where its input is, so backward reads the
-    leaky_relu derivative off the logits and the input need not be kept.
-    """
-    return torch.nn.functional.leaky_relu_(dgl.ops.gsddmm(g, "add", el, er, "u", "v"), slope)
-
-
-def attention(g, s: torch.Tensor, m: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """Softmax weights of the edges of ``g`` from their logits and the destination stats."""
-    a = dgl.ops.gsddmm(g, "sub", s, m, "e", "v").exp_()
-    return dgl.ops.gsddmm(g, "div", a, den, "e", "v")
-
-
 class SoftmaxState:
     """Online-softmax state per destination and head: running max, denominator, weighted sum."""
 
@@ -209,7 +194,9 @@ class SoftmaxState:
 def _edge_logits(el_rows: torch.Tensor, er2: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                  slope: float) -> torch.Tensor:
     """``leaky_relu(el_u + er_v)`` per edge (rows' local ids ``u``, destinations ``v``):
-    E x heads. Gathered with index_select, several times faster than advanced indexing here."""
+    E x heads. Gathered with index_select, several times faster than advanced indexing here.
+    With ``slope >= 0`` a logit is > 0 exactly where its input is, so backward reads the
+    leaky_relu derivative off the logits."""
     return torch.nn.functional.leaky_relu_(
         el_rows.reshape(-1, er2.shape[1]).index_select(0, u) + er2.index_select(0, v), slope)
 
@@ -277,23 +264,42 @@ def attention_finish(st: SoftmaxState, num_dst: int, ft_row_shape: tuple,
     return acc.div_(torch.where(st.den > 0, st.den, torch.ones_like(st.den)))
 
 
+def _edge_dots(rows: torch.Tensor, gout: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+               step: int) -> torch.Tensor:
+    """``<rows_u, gout_v>`` per edge and head (rows' local ids ``u``, destinations ``v``):
+    E x heads. Two gathers of ``step / 2`` edges' rows at a time: together the size of one
+    message batch of :func:`attention_fold` (a chunk's edges can be several times its rows)."""
+    heads = rows.shape[1]
+    step = max(step // 2, 1)
+    dot = rows.new_empty((u.numel(), heads))
+    for e0 in range(0, u.numel(), step):
+        x = rows.index_select(0, u[e0:e0 + step])
+        x.mul_(gout.index_select(0, v[e0:e0 + step]))
+        torch.sum(x.view(x.shape[0], heads, -1), -1, out=dot[e0:e0 + step])
+        del x
+    return dot
+
+
 def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor,
                    er: torch.Tensor, m: torch.Tensor, den: torch.Tensor, gout: torch.Tensor,
                    slope: float, chunk_rows: int, row0: int = 0,
                    dots: Optional[list] = None) -> None:
     """Add the share of ``D_i = sum_j a_ij <g_i, ft_j>`` (backward pass 1) of the group's rows
     ``ft``, ``el`` (from ``row0`` on) to ``dsum``; ``dots``, if given, receives each chunk's
-    ``<g_i, ft_j>`` (edges x heads x 1) for :func:`attention_grads`."""
+    ``<g_i, ft_j>`` (edges x heads) for :func:`attention_grads`. Block-free, as the fold."""
     lo = row0
-    for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=lo + ft.shape[0]):
-        att = attention(g, logits(g, el[a - lo:b - lo], er, slope), m, den)
-        dot = dgl.ops.gsddmm(g, "dot", ft[a - lo:b - lo], gout, "u", "v")
-        att.mul_(dot)
+    num_dst, heads = gg.num_dst, el.shape[1]
+    er2, m2, den2 = (t.reshape(num_dst, heads) for t in (er, m, den))
+    ds2 = dsum.view(num_dst, heads)
+    step = chunk_rows if chunk_rows > 0 else max(num_dst, 1)
+    for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
+        s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
+        att = s.sub_(m2.index_select(0, v)).exp_().div_(den2.index_select(0, v))  # E x heads
+        dot = _edge_dots(ft[a - lo:b - lo], gout, u, v, step)
         if dots is not None:
             dots.append(dot)
-        del dot
-        dsum.add_(dgl.ops.gspmm(g, "copy_rhs", "sum", None, att))
-        del att
+        ds2.index_add_(0, v, att.mul_(dot))
+        del att, dot
 
 
 def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
@@ -305,9 +311,9 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
 
     Per chunk and head, the rows' edges are a CSR matrix (rows x destinations: the group's
     edges are sorted by row), so ``ft``'s gradient is one sparse x dense product with ``gout``'s
-    head (no edge x F tensor); the logits' ``<ft_j, g_i>`` are one DGL ``gsddmm`` over the
-    chunk's block, or taken from ``dots`` (what :func:`attention_dsum` computed, chunk by
-    chunk: then no block is built). (``torch.sparse.sampled_addmm`` per head is faster but
+    head (no edge x F tensor); the logits' ``<ft_j, g_i>`` are gathered dots (as in
+    :func:`attention_dsum`), or taken from ``dots`` (what :func:`attention_dsum` computed,
+    chunk by chunk). (``torch.sparse.sampled_addmm`` per head is faster but
     wants each head of ``gout`` contiguous: a copy of ``gout``, a destination-sized tensor,
     which sampled rematerialization's peak cannot afford.)
     """
@@ -317,9 +323,10 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
     er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
     ger2 = grad_er.view(num_dst, heads)
     lo = row0
+    step = chunk_rows if chunk_rows > 0 else max(num_dst, 1)
     for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
         s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
-        pos = s > 0  # the input's sign too (slope >= 0, see logits)
+        pos = s > 0  # the input's sign too (slope >= 0, see _edge_logits)
         att = s.sub_(m2.index_select(0, v)).exp_().div_(den2.index_select(0, v))  # E x heads
         del s
         crow = gg.row_ptr[a:b + 1] - gg.row_ptr[a]
@@ -330,9 +337,8 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
                 pat = torch.sparse_csr_tensor(crow, v, att_h[h], (b - a, num_dst))
                 gft[a - lo:b - lo, h] = torch.mm(pat, gout[:, h])
         del att_h
-        gs = dots.pop(0) if dots else \
-            dgl.ops.gsddmm(gg.block(a, b), "dot", ft[a - lo:b - lo], gout, "u", "v")
-        gs = gs.view(-1, heads).sub_(ds2.index_select(0, v)).mul_(att)
+        gs = dots.pop(0) if dots else _edge_dots(ft[a - lo:b - lo], gout, u, v, step)
+        gs = gs.sub_(ds2.index_select(0, v)).mul_(att)
         del att
         gz = torch.where(pos, gs, gs * slope)  # leaky_relu backward, as torch computes it
         del gs, pos
@@ -342,6 +348,6 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
     return gft, gel
 
 
-__all__ = ["SpmmState", "SoftmaxState", "attention", "attention_dsum", "attention_finish",
-           "attention_fold", "attention_grads", "chunk_slice", "logits", "spmm_finish",
+__all__ = ["SpmmState", "SoftmaxState", "attention_dsum", "attention_finish",
+           "attention_fold", "attention_grads", "chunk_slice", "spmm_finish",
            "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad"]

@@ -417,6 +417,15 @@ class _Run:
                                                        rb.width)
 
     def forward(self, for_backward: bool = False) -> torch.Tensor:
+        """The layer over every group, then the output runs (``for_backward``: keep what
+        backward reads)."""
+        # Torch-function modes off: the compressor's (dsgraph.compress) decides how autograd
+        # saves are stored, and this pass saves nothing for autograd, so its Python dispatch on
+        # each of the thousands of chunk-level calls is pure overhead (~4% of a GAT step).
+        with torch._C.DisableTorchFunction():
+            return self._forward(for_backward)
+
+    def _forward(self, for_backward: bool) -> torch.Tensor:
         rb = self.rb
         # the layer runs with grad on (inside an autograd Function it is off) only so that the
         # aggregated value tells whether backward must recompute the groups; nothing is saved
