@@ -89,9 +89,10 @@ def _scale(quick: bool) -> dict[str, Any]:
     # 3-layer SAGE still climbs at epoch 12 (val 0.92 -> 0.94 from epoch 9, width 128), so 20
     # epochs, evaluated every 4th: ``acc_settled`` compares epochs 16 and 20. ~15 s of job
     # start-up + up to ~4 s per epoch (GAT [15, 10, 5], width 512, remat_int2). The memory jobs'
-    # 3 epochs give 3 fresh peaks each. 36 timing + 36 memory jobs ~ 45 min.
+    # 3 epochs give 3 fresh peaks each. Two repeats: one job's batch time and final accuracy
+    # vary by ~10% and ~0.4 point (2,000 test nodes) between runs. 72 + 72 jobs ~ 50 min.
     return {"num_nodes": 20_000, "batch_size": 256, "epochs": 20, "mem_epochs": 3,
-            "eval_every": 4, "repeats": 1, "fanouts": FANOUTS, "feat_dims": FEAT_DIMS}
+            "eval_every": 4, "repeats": 2, "fanouts": FANOUTS, "feat_dims": FEAT_DIMS}
 
 
 # --- the measuring hook (runs inside every trainer) ----------------------------------------------
