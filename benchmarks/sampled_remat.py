@@ -82,7 +82,7 @@ MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
 
 
 def _scale(quick: bool) -> dict[str, Any]:
-    """Graph size, batch, epochs and repeats (the full run fits ~30 min on 2 idle cores)."""
+    """Graph size, batch, epochs and repeats (the full run takes ~50 min on 2 idle cores)."""
     if quick:
         return {"num_nodes": 3000, "batch_size": 128, "epochs": 2, "mem_epochs": 2,
                 "eval_every": 1, "repeats": 1, "fanouts": FANOUTS[:1], "feat_dims": FEAT_DIMS[:1]}
@@ -247,7 +247,8 @@ def add_ratios(records: list[dict]) -> None:
         ok = s is not None and s["peak_act_mb"] and s["batch_s"] and r["batch_s"] is not None
         r["act_ratio"] = r["peak_act_mb"] / s["peak_act_mb"] if ok else None
         r["time_ratio"] = r["batch_s"] / s["batch_s"] if ok else None
-        for col, ratio in (("batch_mmap_s", "time_ratio_mmap"), ("act_default_mb", "act_ratio_default")):
+        for col, ratio in (("batch_mmap_s", "time_ratio_mmap"),
+                           ("act_default_mb", "act_ratio_default")):
             r[ratio] = (r[col] / s[col] if s is not None and r.get(col) is not None
                         and s.get(col) else None)
         r["acc_delta"] = (r["test_acc"] - s["test_acc"]
@@ -280,14 +281,15 @@ def _partitions(scale: dict, feat_dim: int) -> list[str]:
     return base
 
 
-def _job(base: list[str], setting: dict, scale: dict, run_dir: Path, memory: bool) -> dict[str, Any]:
+def _job(base: list[str], setting: dict, scale: dict, run_dir: Path,
+         memory: bool) -> dict[str, Any]:
     """One fresh job of ``setting``, a memory job (``MMAP_ENV``, ``mem_epochs``) or a timing
     job (default allocator, ``epochs``); its figures (:func:`job_figures`)."""
-    epochs = scale["mem_epochs"] if memory else scale["epochs"]
     from dsgraph import config as config_mod
     from dsgraph.metrics import read_records
     from dsgraph.runs import prepare_run_dir
     from train.__main__ import launch
+    epochs = scale["mem_epochs"] if memory else scale["epochs"]
     args = dict(MODELS[setting["model"]], num_layers=len(setting["fanouts"]))
     cfg = config_mod.load("configs/default.yaml", base + [
         f"model.name={setting['model']}", f"model.args={json.dumps(args)}",
