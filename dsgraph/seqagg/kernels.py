@@ -201,6 +201,14 @@ def _edge_logits(el_rows: torch.Tensor, er2: torch.Tensor, u: torch.Tensor, v: t
         el_rows.reshape(-1, er2.shape[1]).index_select(0, u) + er2.index_select(0, v), slope)
 
 
+def _message_batch(chunk_rows: int, num_dst: int) -> int:
+    """Edges whose gathered rows one step of the attention kernels holds at a time:
+    ``chunk_rows`` (a chunk's edges can be several times its rows, and the messages of all of
+    them would outweigh the rows), or without chunks as many as destinations (the partial sum
+    a DGL aggregation would make)."""
+    return chunk_rows if chunk_rows > 0 else max(num_dst, 1)
+
+
 # A destination's softmax shift is raised only when a chunk's logit exceeds it by more than
 # this: exp() of at most e^20 ~ 5e8 per edge cannot overflow a float32 sum, and the shift need not
 # be the exact max (softmax does not depend on it), so most chunks skip the destination-sized
@@ -245,11 +253,8 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
         rows = ft[a - lo:b - lo]
         if st.acc is None:
             st.acc = rows.new_zeros((gg.num_dst,) + tuple(rows.shape[1:]))
-        # weighted rows per edge, at most chunk_rows edges at a time (a chunk's edges can be
-        # several times its rows: the messages of all of them would outweigh the rows); without
-        # chunks, as many edges as destinations: the partial sum a DGL aggregation would make
-        step = chunk_rows if chunk_rows > 0 else max(gg.num_dst, 1)
-        for e0 in range(0, u.numel(), step):
+        step = _message_batch(chunk_rows, gg.num_dst)
+        for e0 in range(0, u.numel(), step):  # weighted rows, one message batch at a time
             msg = rows.index_select(0, u[e0:e0 + step])
             msg.mul_(p[e0:e0 + step].view((msg.shape[0], heads) + (1,) * (msg.dim() - 2)))
             st.acc.index_add_(0, v[e0:e0 + step], msg)
@@ -291,7 +296,7 @@ def attention_dsum(dsum: torch.Tensor, gg: GroupGraph, ft: torch.Tensor, el: tor
     num_dst, heads = gg.num_dst, el.shape[1]
     er2, m2, den2 = (t.reshape(num_dst, heads) for t in (er, m, den))
     ds2 = dsum.view(num_dst, heads)
-    step = chunk_rows if chunk_rows > 0 else max(num_dst, 1)
+    step = _message_batch(chunk_rows, num_dst)
     for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
         s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
         att = s.sub_(m2.index_select(0, v)).exp_().div_(den2.index_select(0, v))  # E x heads
@@ -323,7 +328,7 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
     er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
     ger2 = grad_er.view(num_dst, heads)
     lo = row0
-    step = chunk_rows if chunk_rows > 0 else max(num_dst, 1)
+    step = _message_batch(chunk_rows, num_dst)
     for a, b, u, v in gg.edge_chunks(chunk_rows, lo, lo + ft.shape[0]):
         s = _edge_logits(el[a - lo:b - lo], er2, u, v, slope)
         pos = s > 0  # the input's sign too (slope >= 0, see _edge_logits)

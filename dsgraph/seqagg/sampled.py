@@ -30,6 +30,8 @@ forward on a :class:`GroupBlock` per group:
   its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass). With
   ``compression``, GAT keeps each group's source projection INT2 from forward and backward
   uses it instead of projecting the rows again (the rows are pulled for the weight gradient),
+  takes ``D`` from that kept projection in one more pass (read off the INT2 aggregate, the
+  logits' gradients would carry its quantization noise),
   and keeps the logits' source term exact, so the attention backward rebuilds matches the
   softmax statistics of forward. Where the output map adds only a bias, GAT's aggregate
   gradient is the incoming gradient itself (checked chunk by chunk), not a copy.
