@@ -1,6 +1,7 @@
-"""The GATConv adapter's shortcuts compute what DGL's GATConv computes: the destination term with
-``attn_r`` folded into the weight, and a projection kept from forward standing in for ``fc_src``
-(same output, same gradient of every parameter and of the input rows), in float64."""
+"""The GATConv adapter's shortcuts compute what DGL's GATConv computes: the fused forward, the
+destination term with ``attn_r`` folded into the weight, and the source side's gradients taken
+explicitly (``source_grads``: same gradients of ``fc_src``'s weight, ``attn_l`` and the source
+rows as autograd gives), in float64."""
 from __future__ import annotations
 
 import dgl
@@ -29,7 +30,7 @@ def _attend(block):
 
 
 @pytest.mark.parametrize("in_feats", [12, (12, 7)], ids=["shared-fc", "fc_src-fc_dst"])
-def test_dst_term_and_kept_projection_equal_dgl(in_feats):
+def test_fused_forward_dst_term_and_source_grads_equal_dgl(in_feats):
     torch.manual_seed(0)
     conv = GATConv(in_feats, 5, num_heads=3, allow_zero_in_degree=True).double()
     block = _block(30, 9, 80, 1)
@@ -45,11 +46,7 @@ def test_dst_term_and_kept_projection_equal_dgl(in_feats):
 
     ref = conv(block, (x_src, x_dst))
     ref_grads = grads(ref)
-    fc_src = conv.fc_src if hasattr(conv, "fc_src") else conv.fc
-    kept = fc_src(x_src).detach().view(30, 3, 5)  # as forward would keep it
-    assert gat.projection_keepable(conv)
-    out = gat.gat_fused(conv, (x_src, x_dst), _attend(block),
-                        project=gat.kept_projection(conv, kept))
+    out = gat.gat_fused(conv, (x_src, x_dst), _attend(block))
     assert torch.allclose(out, ref, rtol=1e-12, atol=1e-12)
     for got, want in zip(grads(out), ref_grads):
         assert (got is None) == (want is None)
@@ -59,6 +56,21 @@ def test_dst_term_and_kept_projection_equal_dgl(in_feats):
     ft_dst = (conv.fc_dst if hasattr(conv, "fc_dst") else conv.fc)(x_dst).view(9, 3, 5)
     want_er = (ft_dst * conv.attn_r).sum(-1, keepdim=True)
     assert torch.allclose(gat.dst_term(conv, x_dst), want_er, rtol=1e-12, atol=1e-12)
+
+    # the source side's gradients, given those of ft and el, against autograd's
+    assert gat.projection_keepable(conv)
+    fc_src = conv.fc_src if hasattr(conv, "fc_src") else conv.fc
+    ft = fc_src(x_src).view(30, 3, 5)
+    el = (ft * conv.attn_l).sum(-1, keepdim=True)
+    assert torch.equal(gat.source_projection(conv, x_src), ft.detach())
+    gen = torch.Generator().manual_seed(6)
+    g_ft = torch.randn(ft.shape, dtype=ft.dtype, generator=gen)
+    g_el = torch.randn(el.shape, dtype=el.dtype, generator=gen)
+    want = torch.autograd.grad([ft, el], [fc_src.weight, conv.attn_l, x_src], [g_ft, g_el])
+    got = gat.source_grads(conv, x_src, g_ft.clone(), g_el, need_x=True)
+    for name, a, b in zip(("weight", "attn_l", "x"), got, want):
+        assert a.shape == b.shape and torch.allclose(a, b, rtol=1e-10, atol=1e-12), name
+    assert gat.source_grads(conv, x_src, g_ft.clone(), g_el, need_x=False)[2] is None
 
 
 def test_projection_with_a_bias_is_not_kept():

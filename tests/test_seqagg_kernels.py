@@ -4,14 +4,15 @@ every chunk once the state exists) and DGL's ``gspmm`` into a partial result (a 
 chunk, and every chunk of narrow rows); repeated edges and rows without edges included.
 
 GAT's chunked attention (fold, finish, gradients) equals DGL's ``edge_softmax`` aggregation and
-its autograd gradients, with logits spread wide enough that the softmax shift must move."""
+its autograd gradients, with logits spread wide enough that the softmax shift must move; in
+float32 its fused C kernels (``dsgraph.seqagg.native``) give what its torch path gives."""
 from __future__ import annotations
 
 import dgl
 import pytest
 import torch
 
-from dsgraph.seqagg import kernels
+from dsgraph.seqagg import kernels, native
 from dsgraph.seqagg.chunks import GroupGraph, sort_by_src
 
 
@@ -88,3 +89,53 @@ def test_attention_fold_and_grads_equal_dgl(spread, chunk_rows):
                                        chunk_rows, grad_er)
     for name, g, w in (("ft", gft, want[0]), ("el", gel, want[1]), ("er", grad_er, want[2])):
         assert torch.allclose(g, w, rtol=1e-9, atol=1e-12), name
+
+
+def _attention_pass(gg, ft, el, er, gout, slope, chunk_rows):
+    """fold + finish, the softmax term with its per-edge dots, and the gradients (float32)."""
+    num_dst, heads = gg.num_dst, el.shape[1]
+    st = kernels.SoftmaxState(num_dst, heads, ft)
+    kernels.attention_fold(st, gg, ft, el, er, slope, chunk_rows)
+    out = kernels.attention_finish(st, num_dst, tuple(ft.shape[1:]), ft)
+    dsum, dots = torch.zeros(num_dst, heads, 1, dtype=ft.dtype), []
+    kernels.attention_dsum(dsum, gg, ft, el, er, st.m, st.den, gout, slope, chunk_rows, dots=dots)
+    grad_er = torch.zeros_like(er)
+    gft, gel = kernels.attention_grads(gg, ft, el, er, st.m, st.den, gout, dsum, slope,
+                                       chunk_rows, grad_er, dots=dots)
+    # without stored dots (full-batch SAR) the gradient pass computes them itself
+    again = kernels.attention_grads(gg, ft, el, er, st.m, st.den, gout, dsum, slope,
+                                    chunk_rows, torch.zeros_like(er))
+    return {"out": out, "dsum": dsum, "ft": gft, "el": gel, "er": grad_er,
+            "ft_again": again[0], "el_again": again[1]}
+
+
+@pytest.mark.parametrize("chunk_rows", [0, 7])
+def test_attention_c_kernels_equal_torch_path(chunk_rows):
+    """The fused per-edge dots, weighted scatter and weighted gather (float32) against the
+    torch path on the same group, and both against the float64 computation; repeated edges and
+    destinations without edges included."""
+    if not native.available():
+        pytest.skip(f"C kernels unavailable: {native.failure()}")
+    num_src, num_dst, heads, width, slope = 40, 12, 3, 20, 0.2
+    s, d, _ = _group(num_src, num_dst, 150, seed=3)
+    keep = d < num_dst - 2
+    s, d = s[keep], d[keep]
+    gen = torch.Generator().manual_seed(2)
+    t64 = {"ft": torch.randn(num_src, heads, width, generator=gen, dtype=torch.float64),
+           "el": torch.randn(num_src, heads, 1, generator=gen, dtype=torch.float64) * 3,
+           "er": torch.randn(num_dst, heads, 1, generator=gen, dtype=torch.float64),
+           "gout": torch.randn(num_dst, heads, width, generator=gen, dtype=torch.float64)}
+    t32 = {k: v.float() for k, v in t64.items()}
+    gg = GroupGraph(s, d, num_src, num_dst)
+    assert native.usable(t32["ft"], t32["gout"])
+    fused = _attention_pass(gg, **t32, slope=slope, chunk_rows=chunk_rows)
+    with native.disabled():
+        assert not native.usable(t32["ft"])
+        plain = _attention_pass(gg, **t32, slope=slope, chunk_rows=chunk_rows)
+    exact = _attention_pass(gg, **t64, slope=slope, chunk_rows=chunk_rows)
+    for k, ref in exact.items():
+        scale = ref.abs().max().item()
+        assert scale > 0, k
+        assert (fused[k].double() - plain[k].double()).abs().max().item() <= 1e-5 * scale, k
+        assert (fused[k].double() - ref).abs().max().item() <= 1e-5 * scale, k
+    assert bool((fused["out"][-2:] == 0).all())  # destinations without edges

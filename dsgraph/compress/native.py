@@ -1,44 +1,21 @@
-"""Fused C kernels of the codec for contiguous CPU tensors, compiled with the system C compiler.
-
-``kernels.c`` is compiled on first use into a cache folder (``$DSGRAPH_KERNEL_CACHE``, else
-``$XDG_CACHE_HOME/dsgraph/kernels`` or ``~/.cache/dsgraph/kernels``), named by a hash of the
-source, the flags, the compiler and the CPU, written atomically so concurrent workers can build
-it at the same time. It is called through ctypes, which releases the GIL, so large tensors are
-split over ``torch.get_num_threads()`` Python threads. ``available()`` is False when there is no
-compiler or ``DSGRAPH_NATIVE=0``; the codec then uses its pure-torch path (also the path for CUDA
-tensors). Both paths write the same format: same statistics bit for bit, same packing, codes
-from independent (differently generated) stochastic rounding.
+"""Fused C kernels of the codec for contiguous CPU tensors (``kernels.c``, built and loaded by
+:class:`dsgraph.native.CLibrary`: compiled on first use into a cache folder, ``$DSGRAPH_KERNEL_CACHE``
+to move it). Large tensors are split over ``torch.get_num_threads()`` threads. ``available()`` is
+False when there is no compiler or ``DSGRAPH_NATIVE=0``; the codec then uses its pure-torch path
+(also the path for CUDA tensors). Both paths write the same format: same statistics bit for bit,
+same packing, codes from independent (differently generated) stochastic rounding.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Optional
 
 import torch
 
-from dsgraph.fsutil import atomic_write_with
+from dsgraph.native import CLibrary, cache_dir, parallel as _parallel
 
 SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11"]
-# Below this many values a tensor is not split over threads (thread hand-off costs ~50 us).
-_PARALLEL_MIN = 1 << 18
-
-_lock = threading.Lock()
-_lib: Optional[ctypes.CDLL] = None
-_failed: Optional[str] = None
-_pool: Optional[ThreadPoolExecutor] = None
-_pool_size = 0
-_pool_pid = 0
-_disabled = 0  # > 0 inside disabled(): callers take the pure-torch path
 
 _i64, _u64, _int, _ptr, _f32 = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
 _SIGNATURES = {
@@ -51,120 +28,17 @@ _SIGNATURES = {
     "dsq_dropout_bits": (None, [_ptr, _i64, _i64, _i64, _u64, ctypes.c_uint32, _f32, _ptr, _ptr]),
     "dsq_mask_mul": (None, [_ptr, _ptr, _i64, _i64, _i64, _f32, _ptr]),
 }
-
-
-def cache_dir() -> Path:
-    """Folder holding compiled kernels."""
-    env = os.environ.get("DSGRAPH_KERNEL_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dsgraph" / "kernels"
-
-
-def _cpu_id() -> str:
-    """The CPU's flags line: -march=native code must not run on another CPU sharing the cache."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _compiler() -> Optional[str]:
-    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-
-
-def _build() -> ctypes.CDLL:
-    """Compile (or reuse) the shared library and load it."""
-    cc = _compiler()
-    if cc is None:
-        raise RuntimeError("no C compiler (gcc/cc) on PATH")
-    src = SOURCE.read_bytes()
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    key = hashlib.sha256(b"\0".join([src, " ".join(FLAGS).encode(), version.encode(),
-                                     platform.machine().encode(), _cpu_id().encode()])).hexdigest()[:16]
-    out = cache_dir() / f"dsq-{key}.so"
-    if not out.exists():
-        def compile_to(tmp: str) -> None:
-            res = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
-                                 check=False)
-            if res.returncode != 0:
-                raise RuntimeError(f"{cc} failed on {SOURCE}: {res.stderr.strip()[:500]}")
-
-        # Atomic: a concurrent build of the same key writes the same bytes.
-        atomic_write_with(out, compile_to, mode=0o755)
-    lib = ctypes.CDLL(str(out))
-    for name, (res_type, args) in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res_type, args
-    return lib
-
-
-def library() -> Optional[ctypes.CDLL]:
-    """The loaded kernels, building them on first call; None if disabled or the build failed."""
-    global _lib, _failed
-    if _lib is not None or _failed is not None:
-        return _lib
-    with _lock:
-        if _lib is None and _failed is None:
-            if os.environ.get("DSGRAPH_NATIVE", "1") == "0":
-                _failed = "disabled by DSGRAPH_NATIVE=0"
-            else:
-                try:
-                    _lib = _build()
-                except (OSError, RuntimeError) as exc:
-                    _failed = str(exc)
-    return _lib
-
-
-def available() -> bool:
-    """True if the C kernels can be used (compiler present, not disabled)."""
-    return _disabled == 0 and library() is not None
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Inside this block the codec uses its pure-torch path (tests and profiles compare both)."""
-    global _disabled
-    _disabled += 1
-    try:
-        yield
-    finally:
-        _disabled -= 1
-
-
-def failure() -> Optional[str]:
-    """Why the kernels are unavailable (None if they are available or not tried yet)."""
-    return _failed
+_LIB = CLibrary(SOURCE, "dsq", _SIGNATURES)
+library, available, disabled, failure = _LIB.library, _LIB.available, _LIB.disabled, _LIB.failure
+_build = _LIB.build
+__all__ = ["available", "cache_dir", "dequantize", "disabled", "dropout_bits", "failure",
+           "library", "mask_mul", "pack_nonzero", "pack_positive", "quantize", "relu_bits",
+           "unpack_mask", "usable"]
 
 
 def usable(t: torch.Tensor) -> bool:
     """True if ``t`` can go through the kernels: a float32 CPU tensor, kernels available."""
     return t.device.type == "cpu" and t.dtype == torch.float32 and available()
-
-
-def _parallel(total: int, units: int, align: int, fn: Callable[[int, int], object]) -> list:
-    """Run ``fn(u0, u1)`` over [0, units) split into chunks (boundaries multiples of ``align``)."""
-    global _pool, _pool_size, _pool_pid
-    threads = max(1, torch.get_num_threads())
-    if threads == 1 or total < _PARALLEL_MIN or units < 2 * align:
-        return [fn(0, units)]
-    # A forked child inherits the pool object but not its threads: make a new one there.
-    if _pool is None or _pool_size != threads or _pool_pid != os.getpid():
-        with _lock:
-            if _pool is None or _pool_size != threads or _pool_pid != os.getpid():
-                _pool = ThreadPoolExecutor(threads, thread_name_prefix="dsq")
-                _pool_size, _pool_pid = threads, os.getpid()
-    step = -(-units // threads)
-    step = -(-step // align) * align
-    bounds = [(a, min(a + step, units)) for a in range(0, units, step)]
-    futures = [_pool.submit(fn, a, b) for a, b in bounds[1:]]
-    first = fn(*bounds[0])  # the calling thread takes a share too
-    return [first] + [f.result() for f in futures]
 
 
 def _levels(levels: Optional[tuple], bits: int) -> Optional[ctypes.Array]:

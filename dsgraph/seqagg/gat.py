@@ -14,22 +14,19 @@ import torch
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
-def gat_fused(conv, feat, attend: Attend, er: Optional[torch.Tensor] = None,
-              project: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+def gat_fused(conv, feat, attend: Attend, er: Optional[torch.Tensor] = None) -> torch.Tensor:
     """GATConv's forward (feature dropout, fc / fc_src+fc_dst, attention vectors, residual,
     bias, activation; same RNG use) with ``attend(ft_src, el, er, slope)`` doing the rest.
 
     ``feat`` is one tensor (sources are destinations: a full graph) or a (src, dst) pair;
     ``er``, if given for a pair, is used as the destination term instead of computing it
-    (:func:`dst_term`; a caller that runs one layer over many groups of sources computes it once);
-    ``project``, if given for a pair, stands in for ``fc_src`` on the source rows (sampled
-    rematerialization passes a projection kept from forward, :func:`kept_projection`).
+    (:func:`dst_term`; a caller that runs one layer over many groups of sources computes it once).
     """
     heads, out = conv._num_heads, conv._out_feats
     if isinstance(feat, tuple):
         h_src, h_dst = conv.feat_drop(feat[0]), conv.feat_drop(feat[1])
         fc_src = _fc(conv, "fc_src")
-        ft = (project or fc_src)(h_src).view(*h_src.shape[:-1], heads, out)
+        ft = fc_src(h_src).view(*h_src.shape[:-1], heads, out)
         if er is None:
             er = dst_term(conv, h_dst)
     else:
@@ -72,38 +69,44 @@ def _plain_linear(m) -> bool:
     return type(m) is torch.nn.Linear and m.bias is None
 
 
-class _KeptProjection(torch.autograd.Function):
-    """``x @ weight.T`` whose value ``out`` was computed (or kept) earlier: returns ``out``,
-    differentiates like the matmul."""
-
-    @staticmethod
-    def forward(ctx, x, weight, out):
-        # kept on ctx, not save_for_backward: compression hooks would quantize them, and the
-        # caller takes the gradient right away
-        ctx.x, ctx.weight = x, weight
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.x, ctx.weight
-        ctx.x = ctx.weight = None
-        gx = g @ w if ctx.needs_input_grad[0] else None
-        gw = g.t() @ x if ctx.needs_input_grad[1] else None
-        return gx, gw, None
-
-
 def projection_keepable(conv) -> bool:
-    """Whether :func:`kept_projection` can stand in for the layer's ``fc_src``: it reproduces
-    the gradient of a bias-free ``nn.Linear`` (DGL's)."""
+    """Whether the layer's source side is ``ft = x @ W.T`` (``fc_src`` a bias-free
+    ``nn.Linear``, DGL's), so :func:`source_projection` and :func:`source_grads` can stand in
+    for running it under autograd."""
     return _plain_linear(_fc(conv, "fc_src"))
 
 
-def kept_projection(conv, ft: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A stand-in for ``fc_src`` (see :func:`gat_fused`; needs :func:`projection_keepable`)
-    that returns ``ft`` (the source rows' projection, rows x heads x out, kept from forward)
-    and differentiates as ``fc_src``."""
-    weight = _fc(conv, "fc_src").weight
-    return lambda h: _KeptProjection.apply(h, weight, ft.reshape(ft.shape[0], -1))
+def source_weight(conv) -> torch.Tensor:
+    """The weight of the layer's source projection (``fc_src``, or the shared ``fc``)."""
+    return _fc(conv, "fc_src").weight
+
+
+def source_projection(conv, x: torch.Tensor) -> torch.Tensor:
+    """``fc_src(x)`` as rows x heads x out, without autograd (needs :func:`projection_keepable`;
+    the same op as the layer's forward, so the same rounding)."""
+    ft = torch.nn.functional.linear(x.detach(), source_weight(conv).detach())
+    return ft.view(x.shape[0], conv._num_heads, conv._out_feats)
+
+
+def source_grads(conv, x: torch.Tensor, g_ft: torch.Tensor, g_el: torch.Tensor,
+                 need_x: bool) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """Gradients of ``fc_src.weight``, ``attn_l`` and (``need_x``) of the rows ``x`` from those
+    of the source side's outputs ``ft = fc_src(x)`` (rows x heads x out) and
+    ``el = <ft, attn_l>`` (rows x heads x 1), as autograd would give them (needs
+    :func:`projection_keepable`). ``g_ft`` is overwritten.
+
+    ``ft`` itself is not needed: ``attn_l``'s gradient ``sum_j g_el_jh ft_jh`` is
+    ``W_h (x^T g_el)_h``, a heads-wide product of the rows, so a caller that kept the
+    projection INT2 from forward never decodes it for this.
+    """
+    heads, out = conv._num_heads, conv._out_feats
+    w = source_weight(conv).detach()
+    x = x.detach()
+    g = g_ft.add_(g_el * conv.attn_l.detach()).view(x.shape[0], heads * out)
+    g_w = g.t() @ x
+    xg = x.t() @ g_el.reshape(x.shape[0], heads)  # in_feats x heads
+    g_attn = torch.bmm(w.view(heads, out, -1), xg.t().unsqueeze(-1)).view(1, heads, out)
+    return g_w, g_attn, (g @ w if need_x else None)
 
 
 def fusable(conv) -> bool:

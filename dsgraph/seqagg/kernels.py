@@ -17,6 +17,7 @@ import dgl
 import torch
 
 from dsgraph.errors import ConfigError
+from dsgraph.seqagg import native
 from dsgraph.seqagg.chunks import GroupGraph, chunk_slice
 
 MAX_CHUNKS = 2 ** 15 - 1  # chunk ids of max/min winners are int16
@@ -253,6 +254,10 @@ def attention_fold(st: SoftmaxState, gg: GroupGraph, ft: torch.Tensor, el: torch
         rows = ft[a - lo:b - lo]
         if st.acc is None:
             st.acc = rows.new_zeros((gg.num_dst,) + tuple(rows.shape[1:]))
+        if native.usable(rows, st.acc):  # fused: no message tensor at all
+            native.scatter_weighted(st.acc, rows, p, u, v)
+            del p
+            continue
         step = _message_batch(chunk_rows, gg.num_dst)
         for e0 in range(0, u.numel(), step):  # weighted rows, one message batch at a time
             msg = rows.index_select(0, u[e0:e0 + step])
@@ -273,7 +278,10 @@ def _edge_dots(rows: torch.Tensor, gout: torch.Tensor, u: torch.Tensor, v: torch
                step: int) -> torch.Tensor:
     """``<rows_u, gout_v>`` per edge and head (rows' local ids ``u``, destinations ``v``):
     E x heads. Two gathers of ``step / 2`` edges' rows at a time: together the size of one
-    message batch of :func:`attention_fold` (a chunk's edges can be several times its rows)."""
+    message batch of :func:`attention_fold` (a chunk's edges can be several times its rows);
+    one fused pass with no gathered rows where the C kernels apply."""
+    if native.usable(rows, gout):
+        return native.edge_dots(rows, gout, u, v)
     heads = rows.shape[1]
     step = max(step // 2, 1)
     dot = rows.new_empty((u.numel(), heads))
@@ -314,16 +322,17 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
     """(grad of the ``ft`` rows, of the ``el`` rows: the group's rows from ``row0`` on); adds
     their share of the destination ``er`` gradient to ``grad_er`` (backward pass 2).
 
-    Per chunk and head, the rows' edges are a CSR matrix (rows x destinations: the group's
-    edges are sorted by row), so ``ft``'s gradient is one sparse x dense product with ``gout``'s
-    head (no edge x F tensor); the logits' ``<ft_j, g_i>`` are gathered dots (as in
-    :func:`attention_dsum`), or taken from ``dots`` (what :func:`attention_dsum` computed,
-    chunk by chunk). (``torch.sparse.sampled_addmm`` per head is faster but
+    ``ft``'s gradient gathers each row's edges' ``a_ij g_i`` (the group's edges are sorted by
+    row): one fused pass where the C kernels apply, else per chunk and head a CSR matrix
+    (rows x destinations) times ``gout``'s head; no edge x F tensor either way. The logits'
+    ``<ft_j, g_i>`` are per-edge dots (as in :func:`attention_dsum`), or taken from ``dots``
+    (what :func:`attention_dsum` computed, chunk by chunk; then only ``ft``'s shape is read).
+    (``torch.sparse.sampled_addmm`` per head is faster than the torch dots but
     wants each head of ``gout`` contiguous: a copy of ``gout``, a destination-sized tensor,
     which sampled rematerialization's peak cannot afford.)
     """
     heads = el.shape[1]
-    gft, gel = torch.zeros_like(ft), torch.zeros_like(el)
+    gft, gel = ft.new_zeros(ft.shape), torch.zeros_like(el)
     num_dst = gg.num_dst
     er2, m2, den2, ds2 = (t.reshape(num_dst, heads) for t in (er, m, den, dsum))
     ger2 = grad_er.view(num_dst, heads)
@@ -335,13 +344,16 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
         att = s.sub_(m2.index_select(0, v)).exp_().div_(den2.index_select(0, v))  # E x heads
         del s
         crow = gg.row_ptr[a:b + 1] - gg.row_ptr[a]
-        att_h = att.t().contiguous()
-        with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
-            warnings.simplefilter("ignore", UserWarning)
-            for h in range(heads):
-                pat = torch.sparse_csr_tensor(crow, v, att_h[h], (b - a, num_dst))
-                gft[a - lo:b - lo, h] = torch.mm(pat, gout[:, h])
-        del att_h
+        if native.usable(gft, gout):
+            native.gather_weighted(gft[a - lo:b - lo], gout, att, crow, v)
+        else:
+            att_h = att.t().contiguous()
+            with warnings.catch_warnings():  # torch calls its sparse compressed support "beta"
+                warnings.simplefilter("ignore", UserWarning)
+                for h in range(heads):
+                    pat = torch.sparse_csr_tensor(crow, v, att_h[h], (b - a, num_dst))
+                    gft[a - lo:b - lo, h] = torch.mm(pat, gout[:, h])
+            del att_h
         gs = dots.pop(0) if dots else _edge_dots(ft[a - lo:b - lo], gout, u, v, step)
         gs = gs.sub_(ds2.index_select(0, v)).mul_(att)
         del att

@@ -27,14 +27,17 @@ forward on a :class:`GroupBlock` per group:
   all: no source row is pulled again. Otherwise each group is pulled and recomputed under
   autograd (with ``compression`` hooks if enabled) and gets its gradient from the core: the
   reversed edges for sum/mean, the chunks that won for max/min, GAT's fused attention with
-  its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass). With
-  ``compression``, GAT keeps each group's source projection INT2 from forward and backward
-  uses it instead of projecting the rows again (the rows are pulled for the weight gradient),
-  takes ``D`` from that kept projection in one more pass (read off the INT2 aggregate, the
-  logits' gradients would carry its quantization noise),
-  and keeps the logits' source term exact, so the attention backward rebuilds matches the
-  softmax statistics of forward. Where the output map adds only a bias, GAT's aggregate
-  gradient is the incoming gradient itself (checked chunk by chunk), not a copy.
+  its softmax term read off the aggregate (``D_i = <g_i, out_i>``: no extra pass). GAT's
+  source side (a plain ``fc_src`` projection, DGL's) is not run under autograd: its
+  gradients (weight, ``attn_l``, the rows) come from the attention's by
+  :func:`~dsgraph.seqagg.gat.source_grads`, with the rows pulled for the weight gradient. With
+  ``compression``, GAT keeps each group's source projection INT2 from forward, takes ``D``
+  from it in one more pass (read off the INT2 aggregate, the logits' gradients would carry
+  its quantization noise) that also leaves the per-edge dots for the gradient pass, which so
+  never projects or decodes the group again; and it keeps the logits' source term exact, so
+  the attention backward rebuilds matches the softmax statistics of forward. Where the
+  output map adds only a bias, GAT's aggregate gradient is the incoming gradient itself
+  (checked chunk by chunk), not a copy.
 
 Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
 draw different masks per group run and is refused.
@@ -55,8 +58,8 @@ from torch import nn
 from dsgraph.errors import UserError
 from dsgraph.seqagg import kernels
 from dsgraph.seqagg.chunks import GroupGraph
-from dsgraph.seqagg.gat import dst_term, fusable, gat_fused, kept_projection, \
-    projection_keepable
+from dsgraph.seqagg.gat import dst_term, fusable, gat_fused, projection_keepable, \
+    source_grads, source_projection, source_weight
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
 
@@ -298,7 +301,7 @@ class _Run:
         self.is_gat = isinstance(conv, GATConv)
         self.er: Optional[torch.Tensor] = None  # GAT: the destination term, computed once
         # GAT with compression: each group's source projection, INT2, from forward to backward
-        # (1/16 of its size), so backward does not project the rows a third time
+        # (1/16 of its size), so backward does not project the rows again
         self.ft_kept: Optional[_Kept] = None
         # GAT with compression: each group's attention logits' source term, exact (a row per
         # source and head), so the attention backward rebuilds is forward's: a logit recomputed
@@ -350,18 +353,12 @@ class _Run:
     # --- running the layer ----------------------------------------------------------------------
 
     def _call(self, group: Optional[Group], x_dst: torch.Tensor,
-              dst: Optional[tuple[int, int]] = None,
-              project: Optional[Callable] = None) -> Optional[torch.Tensor]:
+              dst: Optional[tuple[int, int]] = None) -> Optional[torch.Tensor]:
         """The layer's forward on ``group`` (None: an output run over destination rows ``dst``,
-        default all; GAT: ``project`` in place of ``fc_src``); None if it stopped at the
-        aggregation."""
+        default all); None if it stopped at the aggregation."""
         rb = self.rb
-        if group is None:
-            rows = torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype)
-        elif self.input is not None:
-            rows = self.input.rows(int(group.rows[0]), int(group.rows[-1]) + 1)
-        else:
-            rows = rb.source.rows(group.ids)
+        rows = torch.zeros((0, x_dst.shape[1]), dtype=x_dst.dtype) if group is None else \
+            self._rows(group)
         graph = GroupBlock(self, group, dst)
         try:
             if self.is_gat:
@@ -370,11 +367,17 @@ class _Run:
                 # runs once per layer, not once per group
                 a, b = dst if dst is not None else (0, rb.num_dst)
                 return gat_fused(self.conv, (rows, x_dst), graph.attention,
-                                 er=None if self.er is None else self.er[a:b], project=project)
+                                 er=None if self.er is None else self.er[a:b])
             with _aggregate_first(self.conv, self.raw_first):
                 return type(self.conv).forward(self.conv, graph, (rows, x_dst))
         except _Collected:
             return None
+
+    def _rows(self, group: Group) -> torch.Tensor:
+        """The group's input rows (pulled, or a later layer's input read by position)."""
+        if self.input is not None:
+            return self.input.rows(int(group.rows[0]), int(group.rows[-1]) + 1)
+        return self.rb.source.rows(group.ids)
 
     def _dst_chunks(self) -> list[tuple[int, int]]:
         """Destination row ranges of the output runs (``chunk_rows`` at a time)."""
@@ -585,6 +588,36 @@ class _Run:
             del ft
         return dots
 
+    def _gat_source_grads(self, i: int, group: Group, kept: Optional[_Kept],
+                          el_kept: Optional[list], dots: Optional[list], g_agg: torch.Tensor,
+                          dsum: torch.Tensor, grad_er: torch.Tensor) -> list:
+        """One group's gradients where the source side is a plain projection
+        (:func:`projection_keepable`): the attention's gradients from the core, then
+        :func:`source_grads` instead of the group's rows run again under autograd. The rows
+        are pulled for the weight gradient; with compression their projection is not even
+        decoded (the softmax-term pass left the per-edge dots and the logits are kept)."""
+        conv, params, st = self.conv, self.params, self.soft
+        with torch.enable_grad():  # learnable rows (embeddings, a later layer's input) keep a graph
+            x = self._rows(group)
+        if dots is not None:
+            ft = x.new_zeros(()).expand(x.shape[0], *self.ft_shape)  # only its shape is read
+        else:
+            ft = source_projection(conv, x)
+        el = el_kept[i] if el_kept is not None else (ft * conv.attn_l.detach()).sum(-1, True)
+        gft, gel = kernels.attention_grads(group.graph, ft, el, self.er, st.m, st.den, g_agg,
+                                           dsum, self.slope, self.rb.chunk_rows, grad_er,
+                                           dots=dots)
+        del ft
+        g_w, g_attn, g_x = source_grads(conv, x, gft, gel, x.requires_grad)
+        got: list = [None] * len(params)
+        for t, g in ((source_weight(conv), g_w), (conv.attn_l, g_attn)):
+            k = next((k for k, p in enumerate(params) if p is t), None)
+            if k is not None:
+                got[k] = g
+        if g_x is not None:  # through the rows' own graph to the embeddings / the input
+            _accumulate(got, self._grad(x, params, g_x))
+        return got
+
     def _gat_backward(self, g_agg: torch.Tensor, dsum: torch.Tensor):
         rb, params, st = self.rb, self.params, self.soft
         self.mode = "partial"
@@ -593,20 +626,23 @@ class _Run:
         kept, self.ft_kept = self.ft_kept, None
         el_kept, self.el_kept = self.el_kept, None
         dots = self._gat_dsum(g_agg, kept, el_kept, dsum) if el_kept is not None else None
-        # With the projection kept, a group's recompute saves nothing larger than what is alive
-        # anyway (its rows, their projection): compressing those saves would only cost time.
-        hooks = contextlib.nullcontext if kept is not None else self._compress
-        for i, group in enumerate(rb.groups):  # each group's rows under autograd
-            project = None if kept is None else kept_projection(self.conv, kept.chunk(i))
-            with torch.enable_grad(), hooks():
-                self._call(group, self._dst_stub(), project=project)
+        explicit = projection_keepable(self.conv)
+        for i, group in enumerate(rb.groups):
+            group_dots = None if dots is None else dots[i]
+            if explicit:
+                got = self._gat_source_grads(i, group, kept, el_kept, group_dots, g_agg, dsum,
+                                             grad_er)
+                _accumulate(grads, got)
+                continue
+            with torch.enable_grad(), self._compress():  # the group's rows under autograd
+                self._call(group, self._dst_stub())
                 ft, el, er = self.captured
                 self.captured = ()
                 el_fwd = el.detach() if el_kept is None else el_kept[i]
                 gft, gel = kernels.attention_grads(group.graph, ft.detach(), el_fwd,
                                                    er.detach(), st.m, st.den, g_agg, dsum,
                                                    self.slope, rb.chunk_rows, grad_er,
-                                                   dots=None if dots is None else dots[i])
+                                                   dots=group_dots)
                 got = self._grad([ft, el], params, [gft, gel])
             _accumulate(grads, got)
             del ft, el, er, gft, gel, got
