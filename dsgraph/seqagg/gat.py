@@ -104,8 +104,11 @@ def source_grads(conv, x: torch.Tensor, g_ft: torch.Tensor, g_el: torch.Tensor,
     x = x.detach()
     g = g_ft.add_(g_el * conv.attn_l.detach()).view(x.shape[0], heads * out)
     g_w = g.t() @ x
-    xg = x.t() @ g_el.reshape(x.shape[0], heads)  # in_feats x heads
-    g_attn = torch.bmm(w.view(heads, out, -1), xg.t().unsqueeze(-1)).view(1, heads, out)
+    # heads x in_feats (this order: with the rows' matrix transposed instead, a tall-skinny
+    # product, it took 10x as long)
+    gx_el = g_el.reshape(x.shape[0], heads).t() @ x
+    # W_h @ (x^T g_el)_h per head (a batched matrix-vector product: 4x slower as torch.bmm)
+    g_attn = (w.view(heads, out, -1) * gx_el.unsqueeze(1)).sum(-1).view(1, heads, out)
     return g_w, g_attn, (g @ w if need_x else None)
 
 
