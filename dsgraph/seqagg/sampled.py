@@ -588,9 +588,9 @@ class _Run:
             del ft
         return dots
 
-    def _gat_source_grads(self, i: int, group: Group, kept: Optional[_Kept],
-                          el_kept: Optional[list], dots: Optional[list], g_agg: torch.Tensor,
-                          dsum: torch.Tensor, grad_er: torch.Tensor) -> list:
+    def _gat_source_grads(self, i: int, group: Group, el_kept: Optional[list],
+                          dots: Optional[list], g_agg: torch.Tensor, dsum: torch.Tensor,
+                          grad_er: torch.Tensor) -> list:
         """One group's gradients where the source side is a plain projection
         (:func:`projection_keepable`): the attention's gradients from the core, then
         :func:`source_grads` instead of the group's rows run again under autograd. The rows
@@ -630,8 +630,7 @@ class _Run:
         for i, group in enumerate(rb.groups):
             group_dots = None if dots is None else dots[i]
             if explicit:
-                got = self._gat_source_grads(i, group, kept, el_kept, group_dots, g_agg, dsum,
-                                             grad_er)
+                got = self._gat_source_grads(i, group, el_kept, group_dots, g_agg, dsum, grad_er)
                 _accumulate(grads, got)
                 continue
             with torch.enable_grad(), self._compress():  # the group's rows under autograd

@@ -183,11 +183,20 @@ class _UserGat(torch.nn.Module):
         return self.layers[1](blocks[1], h).mean(1)
 
 
+@pytest.mark.parametrize("fc_bias", [False, True], ids=["plain-projection", "projection-with-bias"])
 @pytest.mark.parametrize("layers", [1, 2])
-def test_gat_with_residual_and_activation(batch, layers):
+def test_gat_with_residual_and_activation(batch, layers, fc_bias):
+    """Also with a projection that has a bias (not DGL's): backward then reruns the groups'
+    source side under autograd instead of taking its gradients explicitly."""
+    from dsgraph.seqagg.gat import projection_keepable
     blocks, feat, owner, y = batch
     torch.manual_seed(5)
-    model = _UserGat().double()
+    model = _UserGat()
+    if fc_bias:
+        for conv in model.layers:
+            conv.fc = torch.nn.Linear(conv.fc.in_features, conv.fc.out_features, bias=True)
+    assert projection_keepable(model.layers[0]) != fc_bias
+    model = model.double()
     lerr, gerr, _, _ = compare(model, blocks, lambda i: feat[i], lambda i: owner[i], y,
                                torch.float64, 3, layers=layers)
     assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
