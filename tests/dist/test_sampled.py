@@ -178,6 +178,7 @@ def test_sampled_training_with_int2_activation_compression(tmp_path):
     la, lb = ([json.loads(ln)["loss"] for ln in (r / "metrics.jsonl").read_text().splitlines()]
               for r in (plain, packed))
     assert la != lb  # the saved tensors really were quantized
-    # Close to fp32 after 3 epochs on 20k nodes (0.65 vs 0.69 measured); quantizing the loss's
-    # saved log-softmax as well gave 0.45.
-    assert b["test_acc"] > a["test_acc"] - 0.07, (a, b)
+    # Close to fp32 after 3 epochs on 20k nodes: 0.650-0.654 vs 0.715-0.720 (6 runs each,
+    # 2026-12-02; a 0.07 margin failed once in CI at 0.648 vs 0.7195). Quantizing the loss's
+    # saved log-softmax as well gave 0.45, which this margin still catches.
+    assert b["test_acc"] > a["test_acc"] - 0.10, (a, b)
