@@ -266,7 +266,7 @@ def _run_sar(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path
                       "train.lr_schedule=constant", "train.eval_every=1", f"train.dtype={dtype}",
                       "train.timeout_s=900", f"sar.mode={spec['mode']}",
                       f"sar.chunk_rows={spec.get('chunk_rows', 0)}",
-                      "sar.prefetch=false",  # the default, stated
+                      "sar.prefetch=false", "sar.rebuild_inputs=true",  # the defaults, stated
                       "cluster.num_threads=1", "compression.enabled=false"])
     run_dir = prepare_run_dir(cfg, str(out), resume=False, force=True)
     hook = "measure_grads" if grads else "measure"
@@ -437,7 +437,9 @@ def _notes(payload: dict) -> list[str]:
         f"during training is not counted as activations; file-backed RSS grew at most "
         f"{growth:.2f} MB during training. SAR rows are real `train.mode: sar` jobs (the "
         f"supervised launcher, `train.worker` processes running the Trainer, measured through "
-        f"the `benchmarks.sar:measure` hook), with the sar.prefetch default (off); plain DGL is "
+        f"the `benchmarks.sar:measure` hook), with the defaults sar.prefetch off and "
+        f"sar.rebuild_inputs on (in `sar` mode SAGE's first aggregate of the features is "
+        f"computed again in backward, not kept); plain DGL is "
         f"its own single-process loop. Gradient errors compare the first step's summed "
         f"gradients with single-process DGL (float64: a 1-epoch `train.dtype: float64` run). "
         f"job_wall_s in sar.json: seconds per job, process start-up included.")

@@ -62,7 +62,10 @@ class SarStrategy(Strategy):
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One full-graph step; the loss of every worker's labelled nodes, summed."""
         sent0 = self.w.comm.bytes_sent
-        with compression_context(self.cfg.compression):  # the loss outside: see train/sampled.py
+        # the loss outside: see train/sampled.py
+        with compression_context(self.cfg.compression) as compressor, (
+                self.w.rebuild_inputs([self.x], compressor) if self.cfg.sar.rebuild_inputs
+                else contextlib.nullcontext()):
             logits = trainer.model(self.w.graph, self.x)
         tr = self.masks["train"]
         loss = F.cross_entropy(logits[tr], self.label[tr], reduction="sum") / self.counts["train"]

@@ -209,6 +209,11 @@ class SarConfig:
                              "where remote rows also move in pieces of this many rows, and "
                              "`sampled.rematerialize`, where it also bounds the destination rows "
                              "of each output run); 0 = a whole group at once", ge=0)
+    rebuild_inputs: bool = opt(True, "`sar` mode: an aggregate of the input features that a layer "
+                                     "saves for backward (SAGE mean with in_feats <= out_feats) "
+                                     "is computed again in backward instead of kept: one "
+                                     "destination-sized tensor less through every later peak, "
+                                     "one more ring at the input width")
 
 
 @dataclass

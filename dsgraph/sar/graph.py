@@ -183,8 +183,11 @@ class SarGraph:
             uf = self._fetch_full(u) if self._plan.any_remote else u
             return _zero_inf(dgl.ops.gspmm(self._plan.local_block(), op, red, uf,
                                            None if op == "copy_lhs" else e), red)
-        return ShardOp.apply(self._rt, OpSpec("spmm", op, red), u, None,
-                             None if op == "copy_lhs" else e)
+        spec, e = OpSpec("spmm", op, red), None if op == "copy_lhs" else e
+        out = ShardOp.apply(self._rt, spec, u, None, e)
+        if self._rt.rebuild is not None:
+            self._rt.rebuild.note(out, spec, u, e)
+        return out
 
     def _local_spmm(self, op: str, red: str, u, e: torch.Tensor) -> torch.Tensor:
         return _zero_inf(dgl.ops.gspmm(self._plan.local_block(), op, red, u, e), red)

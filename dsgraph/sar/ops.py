@@ -15,7 +15,7 @@ fetched rows and autograd graphs from the forward pass instead of recomputing. (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import dgl
 import torch
@@ -45,6 +45,8 @@ class Runtime:
     mode: str = "sar"
     prefetch: bool = False
     chunk_rows: int = 0  # source rows per chunk of the core's kernels (0: a whole shard)
+    # the active dsgraph.sar.rebuild.RebuildInputAggregates (told of every aggregation), if any
+    rebuild: Optional[Any] = None
 
     def fetch(self, x: torch.Tensor):
         """Ring over parts yielding (part, rows needed from it); local part first."""

@@ -1,8 +1,10 @@
 """Set up one SAR worker: load its partition, build shards and exchange plan, wrap the graph."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ContextManager, Iterable
 
 import torch
 
@@ -11,6 +13,7 @@ from dsgraph.sar.comm import Comm
 from dsgraph.sar.graph import SarGraph
 from dsgraph.sar.ops import Runtime
 from dsgraph.sar.plan import ShardPlan
+from dsgraph.sar.rebuild import RebuildInputAggregates
 
 
 @dataclass
@@ -28,6 +31,15 @@ class SarWorker:
         if mode not in ("sar", "sa", "one_shot"):
             raise ValueError(f"unknown SAR mode {mode!r}")
         self.rt.mode = mode
+
+    def rebuild_inputs(self, inputs: Iterable[torch.Tensor],
+                       fallback: Any = None) -> ContextManager:
+        """Where a training forward runs: aggregates of ``inputs`` that a layer saves are rebuilt
+        in backward (:mod:`dsgraph.sar.rebuild`; ``sar`` mode with remote rows, else a no-op);
+        ``fallback`` (the compressor) stores every other save."""
+        if self.rt.mode != "sar" or not self.plan.any_remote:
+            return contextlib.nullcontext()
+        return RebuildInputAggregates(self.rt, inputs, fallback)
 
     def local_mask(self, name: str) -> torch.Tensor:
         """A boolean node mask of the local nodes (all False when the partition lacks it)."""

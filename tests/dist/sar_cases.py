@@ -8,9 +8,10 @@ the whole graph with plain DGL in this process; :func:`rel_err` / :func:`max_rel
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,24 +36,32 @@ def make_model(case: dict, in_feats: int, num_classes: int, seed: int):
 
 
 def run_steps(model, graph, x, label, train, num_train, adam_steps: int, lr: float,
-              sync: Optional[Callable] = None) -> dict[str, Any]:
+              sync: Optional[Callable] = None, features_grad: bool = True,
+              forward_context: Optional[Callable[[torch.Tensor], ContextManager]] = None
+              ) -> dict[str, Any]:
     """One gradient evaluation, then ``adam_steps`` Adam steps; returns loss/grads/weights.
 
     ``sync(parameters)`` sums gradients over workers (None in a single process); the returned
-    ``loss`` is this worker's share (sum over workers for the total).
+    ``loss`` is this worker's share (sum over workers for the total). ``features_grad``: the
+    input features require grad (``x_grad`` is returned); else they do not, as in training.
+    Every forward runs inside a fresh ``forward_context(x)`` (x: the features it is given).
     """
-    x = x.detach().requires_grad_(True)
-    loss = full_graph_loss(model, graph, x, label, train, num_train)
+    x = x.detach().requires_grad_(features_grad)
+    context = forward_context or (lambda _x: contextlib.nullcontext())
+    with context(x):
+        loss = full_graph_loss(model, graph, x, label, train, num_train)
     loss.backward()
     if sync is not None:
         sync(model.parameters())
-    out = {"loss": loss.item(), "x_grad": x.grad.detach().clone(),
+    out = {"loss": loss.item(), "x_grad": x.grad.detach().clone() if features_grad else None,
            "grads": {n: p.grad.detach().clone() for n, p in model.named_parameters()}}
     if adam_steps:
         opt = torch.optim.Adam(model.parameters(), lr=lr)
+        x = x.detach()
         for _ in range(adam_steps):
             opt.zero_grad()
-            loss = full_graph_loss(model, graph, x.detach(), label, train, num_train)
+            with context(x):
+                loss = full_graph_loss(model, graph, x, label, train, num_train)
             loss.backward()
             if sync is not None:
                 sync(model.parameters())
@@ -147,7 +156,16 @@ def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: l
         plan = w.plan
         saved = saved_edge_tensors(model, w.graph, x, plan.num_edges,
                                    (plan.num_local, plan.num_local + plan.num_halo))
-        res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync)
+        made = []  # a case with ``rebuild``: sar.rebuild_inputs, features without grad
+
+        def rebuild_context(features: torch.Tensor):
+            made.append(w.rebuild_inputs([features]))
+            return made[-1]
+
+        res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync,
+                        features_grad=not case.get("rebuild"),
+                        forward_context=rebuild_context if case.get("rebuild") else None)
+        res["rebuilt"] = sum(getattr(c, "rebuilt", 0) for c in made)
         res["saved_edge_tensors"] = saved
         res["orig_id"] = nd["orig_id"].clone()
         res["bytes_sent"] = w.comm.bytes_sent - sent0
@@ -198,12 +216,15 @@ def run_cases(part_json: str, world: int, cases: list[dict], out_dir: str, seed:
     for i, _case in enumerate(cases):
         parts = [pr[i] for pr in per_rank]
         n = max(int(p["orig_id"].max()) + 1 if p["orig_id"].numel() else 0 for p in parts)
-        xg = torch.zeros((n,) + tuple(parts[0]["x_grad"].shape[1:]), dtype=parts[0]["x_grad"].dtype)
-        for p in parts:
-            xg[p["orig_id"]] = p["x_grad"]
+        xg = None
+        if parts[0]["x_grad"] is not None:
+            xg = parts[0]["x_grad"].new_zeros((n,) + tuple(parts[0]["x_grad"].shape[1:]))
+            for p in parts:
+                xg[p["orig_id"]] = p["x_grad"]
         merged.append({"loss": sum(p["loss"] for p in parts), "grads": parts[0]["grads"],
                        "weights": parts[0].get("weights"), "x_grad": xg,
                        "bytes_sent": sum(p["bytes_sent"] for p in parts),
+                       "rebuilt": [p["rebuilt"] for p in parts],
                        "saved_edge_tensors": [p["saved_edge_tensors"] for p in parts],
                        "rank_grads": [p["grads"] for p in parts],
                        "rank_weights": [p.get("weights") for p in parts]})
@@ -215,4 +236,5 @@ def reference_case(g, case: dict, seed: int = 0, adam_steps: int = 5, lr: float 
     model = make_model(case, g.ndata["feat"].shape[1], case["num_classes"], seed)
     x = g.ndata["feat"].to(getattr(torch, case["dtype"]))
     train = g.ndata["train_mask"].bool()
-    return run_steps(model, g, x, g.ndata["label"], train, float(train.sum()), adam_steps, lr)
+    return run_steps(model, g, x, g.ndata["label"], train, float(train.sum()), adam_steps, lr,
+                     features_grad=not case.get("rebuild"))
