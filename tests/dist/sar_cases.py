@@ -132,6 +132,8 @@ def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: l
                       out_dir: str, seed: int, adam_steps: int, lr: float) -> None:
     from dsgraph import dist
     from dsgraph.cluster.worker import init_process_group
+    from dsgraph.compress import compressed
+    from dsgraph.config import CompressionConfig
     from dsgraph.sar.model import prepare_model
     from dsgraph.sar.worker import setup_worker
 
@@ -156,16 +158,24 @@ def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: l
         plan = w.plan
         saved = saved_edge_tensors(model, w.graph, x, plan.num_edges,
                                    (plan.num_local, plan.num_local + plan.num_halo))
-        made = []  # a case with ``rebuild``: sar.rebuild_inputs, features without grad
+        made, compressors = [], []  # ``rebuild``: sar.rebuild_inputs, features without grad
 
         def rebuild_context(features: torch.Tensor):
-            made.append(w.rebuild_inputs([features]))
-            return made[-1]
+            # ``compress`` (bits): inside a compressor, which stores every save not rebuilt
+            stack = contextlib.ExitStack()
+            comp = None
+            if case.get("compress"):
+                comp = stack.enter_context(compressed(CompressionConfig(
+                    enabled=True, bits=case["compress"], min_numel=0)))
+                compressors.append(comp)
+            made.append(stack.enter_context(w.rebuild_inputs([features], comp)))
+            return stack
 
         res = run_steps(model, w.graph, x, nd["label"], train, num_train, adam_steps, lr, sync,
                         features_grad=not case.get("rebuild"),
                         forward_context=rebuild_context if case.get("rebuild") else None)
         res["rebuilt"] = sum(getattr(c, "rebuilt", 0) for c in made)
+        res["quantized"] = sum(c.stats.quantized for c in compressors)
         res["saved_edge_tensors"] = saved
         res["orig_id"] = nd["orig_id"].clone()
         res["bytes_sent"] = w.comm.bytes_sent - sent0
@@ -225,6 +235,7 @@ def run_cases(part_json: str, world: int, cases: list[dict], out_dir: str, seed:
                        "weights": parts[0].get("weights"), "x_grad": xg,
                        "bytes_sent": sum(p["bytes_sent"] for p in parts),
                        "rebuilt": [p["rebuilt"] for p in parts],
+                       "quantized": [p["quantized"] for p in parts],
                        "saved_edge_tensors": [p["saved_edge_tensors"] for p in parts],
                        "rank_grads": [p["grads"] for p in parts],
                        "rank_weights": [p.get("weights") for p in parts]})

@@ -8,7 +8,8 @@ mode must run the fused attention: no tensor with a row per edge is saved for ba
 ``sar`` cases run again with the core's chunks of 3 source rows (``chunk_rows``), and again in
 float64 as training runs them (``sar.rebuild_inputs``: features without grad, the forward inside
 the worker's rebuild context), whole and chunked: SAGE mean (input width 6 <= hidden 8) must
-rebuild its first aggregate in every backward with remote rows, and no other model may.
+rebuild its first aggregate in every backward with remote rows, and no other model may; inside
+an INT8 compressor too, which must still store every other save.
 """
 from __future__ import annotations
 
@@ -29,9 +30,13 @@ CHUNKED = [dict(model=m, args=a, mode="sar", dtype="float64", num_classes=3, chu
 # as training runs: features need no grad, aggregates of them rebuilt in backward
 REBUILD = [dict(model=m, args=a, mode="sar", dtype="float64", num_classes=3, rebuild=True,
                 **extra) for m, a in MODELS for extra in ({}, {"chunk_rows": 3})]
-ALL = CASES + CHUNKED + REBUILD
+# the rebuild inside INT8 compression: every save not rebuilt goes to the compressor
+COMPRESSED = [dict(model="sage", args={"hidden": 8}, mode="sar", dtype="float32", num_classes=3,
+                   rebuild=True, compress=8)]
+ALL = CASES + CHUNKED + REBUILD + COMPRESSED
 ADAM_STEPS = 5  # run_cases' default: one gradient evaluation, then 5 steps (6 backwards)
 TOL = {"float64": 1e-9, "float32": 2e-4}
+COMPRESSED_TOL = 0.02  # INT8 saves, stochastic rounding: measured 0.005-0.006
 
 
 def make_graph(n: int, blocks: list[int] | None = None, seed: int = 0):
@@ -60,6 +65,12 @@ def check(g, results: list[dict], world: int) -> None:
         ref = harness.reference_case(g, case)
         tol = TOL[case["dtype"]]
         name = f"{case['model']}{case['args'].get('aggregator', '')}/{case['mode']}/{case['dtype']}"
+        if case.get("compress"):
+            assert got["rebuilt"] == [(1 + ADAM_STEPS) * (world > 1)] * world, got["rebuilt"]
+            assert min(got["quantized"]) > 0, got["quantized"]  # the other saves: compressed
+            assert harness.max_rel_err(got["grads"], ref["grads"]) <= COMPRESSED_TOL, \
+                harness.max_rel_err(got["grads"], ref["grads"])
+            continue
         assert abs(got["loss"] - ref["loss"]) <= tol * abs(ref["loss"]), name
         assert harness.max_rel_err(got["grads"], ref["grads"]) <= tol, name
         for k, t in ref["grads"].items():  # no gradient is trivially zero
