@@ -51,6 +51,11 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.{os.getpid()}."
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` is one this module gives its temporary files and folders."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 def remove_orphaned_temps(path: str | os.PathLike) -> list[Path]:
     """Delete temporary files and folders of earlier writes of ``path`` whose writer process is
     gone (killed mid-write); a live writer's are left alone. Returns what was removed."""

@@ -1,4 +1,5 @@
-"""Run folders: created (or reopened to resume) with the resolved config.yaml workers read.
+"""Run folders (:class:`RunFolder`): the resolved config workers read, a marker with the run's
+fingerprint, the checkpoints, and the one rule for what interrupted writes leave behind.
 
 A folder dsgraph creates carries a marker (:data:`MARKER`) holding the run's fingerprint; only
 such a folder, holding nothing but what dsgraph writes, is ever replaced by ``--force``, so a
@@ -6,107 +7,223 @@ mistyped ``--out`` cannot delete a user's files.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from dsgraph import checkpoint
 from dsgraph import config as config_mod
 from dsgraph.errors import UserError
-from dsgraph.fsutil import atomic_write_text
+from dsgraph.fsutil import atomic_write_text, is_temp_name, remove_orphaned_temps_in
 
 MARKER = ".dsgraph-run.json"
+CONFIG = "config.yaml"
+CHECKPOINT = "checkpoint.pt"  # the last epoch's: model, optimizer, every rank's RNG
+BEST = "best.pt"  # the best validation epoch's model
 # What a run folder may hold besides the marker; anything else is the user's and stops --force.
-RUN_FILES = ("config.yaml", "logs", "metrics.jsonl", "metrics.json", checkpoint.CHECKPOINT,
-             checkpoint.BEST, "curves.png", "ip_config.txt", "parts")
+RUN_FILES = (CONFIG, "logs", "metrics.jsonl", "metrics.json", CHECKPOINT, BEST, "curves.png",
+             "ip_config.txt", "parts")
 RUN_PREFIXES = ("predictions", "embeddings")
 
 
-def prepare_run_dir(cfg: config_mod.Config, out: str | None, resume: bool,
-                    force: bool = False, fingerprint: Optional[dict[str, Any]] = None) -> Path:
-    """Create (or reopen with ``resume``) the run folder and write the resolved config.yaml.
+class RunFolder:
+    """One run's folder and everything dsgraph keeps in it."""
 
-    Every check comes before the first change: ``resume`` must match the checkpoint's
-    ``fingerprint`` (:func:`dsgraph.checkpoint.run_fingerprint`), ``force`` replaces only a
-    dsgraph run folder, and any other existing, non-empty folder is a user error.
-    """
-    run_dir = Path(out or cfg.train.out_dir)
-    fingerprint = fingerprint or checkpoint.run_fingerprint(cfg)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"{run_dir}: exists and is not a folder; choose another --out")
-    if resume:
-        checkpoint.check_fingerprint(run_dir, fingerprint, "--resume")
-        remove_stale_temp_files(run_dir)
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        foreign = foreign_entry(run_dir)
-        if foreign is not None:
-            raise UserError(f"{run_dir}: holds {foreign!r}, which dsgraph did not write; not "
-                            f"using or replacing it: choose another --out")
-        if not force:
-            raise UserError(f"{run_dir}: run folder already exists; pass --resume to continue it "
-                            f"or --force to replace it")
-        shutil.rmtree(run_dir)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    config_mod.dump(cfg, run_dir / "config.yaml")
-    atomic_write_text(run_dir / MARKER, json.dumps(
-        {"created": read_marker(run_dir).get("created", time.time()),
-         "fingerprint": fingerprint}, indent=1))
-    return run_dir
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, cfg: config_mod.Config, out: Optional[str | Path] = None,
+               resume: bool = False, force: bool = False,
+               fingerprint: Optional[dict[str, Any]] = None) -> "RunFolder":
+        """Create (or reopen with ``resume``) the folder ``out`` (default ``train.out_dir``)
+        and write the resolved config.yaml and the marker.
+
+        Every check comes before the first change: ``resume`` must match the checkpoint's
+        ``fingerprint`` (:func:`run_fingerprint`), ``force`` replaces only a dsgraph run
+        folder, and any other existing, non-empty folder is a user error.
+        """
+        run = cls(out or cfg.train.out_dir)
+        fingerprint = fingerprint or run_fingerprint(cfg)
+        if run.path.exists() and not run.path.is_dir():
+            raise UserError(f"{run.path}: exists and is not a folder; choose another --out")
+        if resume:
+            run.check_fingerprint(fingerprint, "--resume")
+            run.remove_temp_files()
+        elif run.path.exists() and any(run.path.iterdir()):
+            foreign = run.foreign_entry()
+            if foreign is not None:
+                raise UserError(f"{run.path}: holds {foreign!r}, which dsgraph did not write; "
+                                f"not using or replacing it: choose another --out")
+            if not force:
+                raise UserError(f"{run.path}: run folder already exists; pass --resume to "
+                                f"continue it or --force to replace it")
+            shutil.rmtree(run.path)
+        run.logs.mkdir(parents=True, exist_ok=True)
+        config_mod.dump(cfg, run.path / CONFIG)
+        atomic_write_text(run.path / MARKER, json.dumps(
+            {"created": run.marker().get("created", time.time()), "fingerprint": fingerprint},
+            indent=1))
+        return run
+
+    @classmethod
+    def finished(cls, path: Path) -> "RunFolder":
+        """The run folder ``path`` whose training finished and left a checkpoint (``--run``)."""
+        run = cls(path)
+        if not path.is_dir():
+            raise UserError(f"--run {path}: no such folder")
+        if not (path / CONFIG).is_file():
+            raise UserError(f"--run {path}: not a dsgraph run folder (no {CONFIG})")
+        if not (path / "metrics.json").is_file():
+            raise UserError(f"--run {path}: training has not finished (no metrics.json); "
+                            f"finish it with `python -m train --config {path / CONFIG} --out "
+                            f"{path} --resume`")
+        if run.checkpoint("last") is None:
+            raise UserError(f"--run {path}: no {CHECKPOINT} to load the model from")
+        return run
+
+    # --- what it holds ------------------------------------------------------------------------
+
+    @property
+    def logs(self) -> Path:
+        """The job's per-process logs."""
+        return self.path / "logs"
+
+    def config(self) -> config_mod.Config:
+        """The resolved config every process of the run reads."""
+        return config_mod.load(self.path / CONFIG)
+
+    def marker(self) -> dict[str, Any]:
+        """The marker's content (empty if there is none or it is unreadable)."""
+        try:
+            data = json.loads((self.path / MARKER).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def fingerprint(self, cfg: config_mod.Config) -> dict[str, Any]:
+        """What the run's weights belong to: what the launcher recorded in the marker (with the
+        partitions' fingerprint), else ``cfg``'s alone (a folder made without a launcher)."""
+        return self.marker().get("fingerprint") or run_fingerprint(cfg)
+
+    def foreign_entry(self) -> Optional[str]:
+        """The first entry dsgraph would not have written (None: a run folder).
+
+        A folder without the marker counts as a run only if it holds ``config.yaml`` (run
+        folders from before the marker existed).
+        """
+        names = sorted(p.name for p in self.path.iterdir())
+        if MARKER not in names and CONFIG not in names:
+            return names[0] if names else None
+        for name in names:
+            if name != MARKER and name not in RUN_FILES and not name.startswith(RUN_PREFIXES) \
+                    and not is_temp_name(name):
+                return name
+        return None
+
+    def job_dir(self, name: str) -> Path:
+        """A fresh folder ``name`` (a name in :data:`RUN_PREFIXES`) for a later job's logs, the
+        previous one's removed."""
+        job = self.path.resolve() / name
+        shutil.rmtree(job, ignore_errors=True)
+        job.mkdir()
+        return job
+
+    def remove_temp_files(self) -> list[Path]:
+        """Delete what interrupted atomic writes left anywhere in the folder (writers that are
+        gone; a live writer's temporary file stays): on ``--resume`` and when a job ends."""
+        return remove_orphaned_temps_in(self.path)
+
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def checkpoint(self, which: str = "last") -> Optional[dict[str, Any]]:
+        """The last (``checkpoint.pt``) or best (``best.pt``) checkpoint, or None."""
+        return checkpoint.read(self.path / (BEST if which == "best" else CHECKPOINT))
+
+    def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             rng_states: list[dict[str, Any]], meta: dict[str, Any], best: bool = False) -> None:
+        """Write ``epoch``'s resumable checkpoint (``rng_states``: one per rank); with ``best``
+        the model is also kept as the run's best. ``meta``: :meth:`fingerprint`."""
+        checkpoint.write(self.path / CHECKPOINT, epoch, model, meta, optimizer, rng_states)
+        if best:
+            checkpoint.write(self.path / BEST, epoch, model, meta)
+
+    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                rank: int) -> int:
+        """Load the last checkpoint into ``model``, ``optimizer`` and this rank's RNG; return
+        the next epoch (1 without a checkpoint)."""
+        ckpt = self.checkpoint("last")
+        if ckpt is None:
+            return 1
+        return checkpoint.restore(ckpt, self.path / CHECKPOINT, model, optimizer, rank)
+
+    def load_weights(self, model: torch.nn.Module, which: str = "best") -> int:
+        """Load the ``best`` (falling back to ``last`` when no best was kept) or ``last``
+        weights into ``model``; return the epoch they come from."""
+        best = self.checkpoint("best") if which == "best" else None
+        ckpt = best or self.checkpoint("last")
+        if ckpt is None:
+            raise UserError(f"{self.path}: no checkpoint (is it a finished dsgraph run folder?)")
+        checkpoint.load_model_state(self.path / (BEST if best else CHECKPOINT), model, ckpt)
+        return int(ckpt["epoch"])
+
+    def check_fingerprint(self, fingerprint: dict[str, Any], action: str) -> None:
+        """Refuse ``action`` (``--resume``, ``predict``) with settings the last checkpoint was
+        not trained with, naming the first differing setting."""
+        ckpt = self.checkpoint("last")
+        if ckpt is None:
+            raise UserError(f"{self.path}: {action}: no checkpoint to load")
+        recorded = ckpt.get("meta") or {}
+        # A setting the checkpoint lacks was added to dsgraph later: it trained with the default.
+        defaults = run_fingerprint(config_mod.Config())
+        for key in sorted(set(recorded) | set(fingerprint)):
+            trained = recorded.get(key, defaults.get(key))
+            if trained != fingerprint.get(key, trained):
+                raise UserError(f"{self.path / CHECKPOINT}: {action}: the checkpoint was "
+                                f"trained with {key}={recorded.get(key, '(default)')}, now "
+                                f"{fingerprint.get(key, '(default)')}")
 
 
-def run_fingerprint(cfg: config_mod.Config, prepared: Any) -> dict[str, Any]:
-    """The fingerprint of a run of ``cfg``: its settings, plus the partitions' fingerprint when
-    the mode trains on partition files (the JSON path the graph modes' ``prepare`` returns)."""
+def run_fingerprint(cfg: config_mod.Config, prepared: Any = None) -> dict[str, Any]:
+    """What a run's weights belong to: the settings a resumed run must keep (model, data, mode,
+    task, precision, worker count) and, when the mode trains on partition files (the JSON path
+    its ``prepare`` returns), the partitions' fingerprint."""
     from dsgraph.partition import partition_fingerprint  # reads JSON only; DGL not needed
 
-    data = partition_fingerprint(prepared) if isinstance(prepared, Path) else None
-    return checkpoint.run_fingerprint(cfg, data)
+    keep = {key: value for section in _FINGERPRINT_SECTIONS
+            for key, value in _flatten(section, dataclasses.asdict(getattr(cfg, section)))
+            if key not in _NOT_FINGERPRINTED}
+    keep.update({"train.mode": cfg.train.mode, "train.dtype": cfg.train.dtype,
+                 "num_workers": cfg.num_workers})
+    if cfg.train.task != "auto":  # so that runs from before train.task existed still match
+        keep["train.task"] = cfg.train.task
+    if isinstance(prepared, Path):
+        keep["data"] = partition_fingerprint(prepared)
+    return {k: repr(v) for k, v in sorted(keep.items())}
 
 
-def foreign_entry(run_dir: Path) -> Optional[str]:
-    """The first entry of ``run_dir`` dsgraph would not have written (None: a run folder).
-
-    A folder without the marker counts as a run only if it holds ``config.yaml`` (run folders
-    from before the marker existed).
-    """
-    names = sorted(p.name for p in run_dir.iterdir())
-    if MARKER not in names and "config.yaml" not in names:
-        return names[0] if names else None
-    for name in names:
-        if name != MARKER and name not in RUN_FILES and not name.startswith(RUN_PREFIXES) \
-                and not _is_temp_file(name):
-            return name
-    return None
-
-
-def read_marker(run_dir: str | Path) -> dict[str, Any]:
-    """The run folder's marker (empty if there is none or it is unreadable)."""
-    try:
-        data = json.loads((Path(run_dir) / MARKER).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def remove_stale_temp_files(run_dir: Path) -> list[Path]:
-    """Delete what interrupted atomic writes left (``.NAME.*.tmp``) in the run folder."""
-    stale = [p for folder in (run_dir, run_dir / "logs") if folder.is_dir()
-             for p in folder.iterdir() if _is_temp_file(p.name)]
-    for path in stale:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+def _flatten(prefix: str, data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(dotted.key, value)`` of nested dicts (``model.args.hidden``, say)."""
+    items = []
+    for key, value in data.items():
+        if isinstance(value, dict):  # an empty dict adds no key: args={} means all defaults
+            items += _flatten(f"{prefix}.{key}", value)
         else:
-            path.unlink(missing_ok=True)
-    return stale
+            items.append((f"{prefix}.{key}", value))
+    return items
 
 
-def _is_temp_file(name: str) -> bool:
-    """Names :mod:`dsgraph.fsutil` gives its temporary files and folders."""
-    return name.startswith(".") and name.endswith(".tmp")
-
-
-def load_run_config(run_dir: str | Path) -> config_mod.Config:
-    """The resolved config a worker process runs with."""
-    return config_mod.load(Path(run_dir) / "config.yaml")
+_FINGERPRINT_SECTIONS = ("model", "dataset", "partition", "physics")
+# Where a file lives, or how a cache is named, does not change what the weights mean.
+_NOT_FINGERPRINTED = ("dataset.cache_dir", "partition.out_dir", "partition.graph_name",
+                      "physics.gen_workers", "physics.infer_repeats", "physics.infer_passes",
+                      # evaluation data only: the weights do not depend on them
+                      "dataset.test_path", "dataset.transfer_path", "physics.test_resolution",
+                      "physics.test_points")

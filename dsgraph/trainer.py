@@ -13,19 +13,22 @@ import abc
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from dsgraph import checkpoint, dist, runs
+from dsgraph import checkpoint, dist
+from dsgraph.cluster.launch import run_workers
 from dsgraph.cluster.worker import init_process_group
 from dsgraph.config import Config
 from dsgraph.errors import UserError
 from dsgraph.metrics import MetricsLog, format_value
 from dsgraph.models.registry import build_model
 from dsgraph.procstats import peak_rss_mb, rss_mb
+from dsgraph.runs import RunFolder
+from dsgraph.tasks import Task, task_class
 
 # Record keys shown in the per-epoch console line, when present.
 _LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "test_rmse", "test_rel_l2",
@@ -33,22 +36,34 @@ _LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "test_rmse", "test_rel
 
 
 class Strategy(abc.ABC):
-    """What a training mode supplies; the Trainer calls these hooks in this order."""
+    """What a training mode supplies; the Trainer calls these hooks in this order.
+
+    The launcher side (:meth:`prepare`, :meth:`launch`) is static: ``python -m train`` and
+    ``python -m predict`` ask the mode's strategy class, never test the mode's name. The task
+    (loss, metrics, outputs) is ``self.task``, chosen by ``train.task``.
+    """
 
     steps_per_epoch = 1  # progress-bar units per epoch (set in :meth:`setup` if data-dependent)
-    # Evaluation key that picks the run's best model (higher is better); modes without
-    # a validation metric keep only the last model.
-    selection_metric: Optional[str] = "val_acc"
     sync_grads = True  # False when the model wrapper (DDP) sums gradients itself
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        self.task: Task = task_class(cfg.task)()
 
     @staticmethod
     def prepare(cfg: Config) -> Any:
         """Launcher side, before any process starts: check what only this mode needs (files,
-        model layers) or build it once (a dataset cache); a mode's launcher may use the result."""
+        model layers) or build it once (a dataset cache); :meth:`launch` gets the result."""
         return None
+
+    @staticmethod
+    def launch(cfg: Config, job_dir: Path, prepared: Any, worker: str, args: Sequence[str],
+               name: str = "worker") -> dict[str, float]:
+        """Launcher side: run every process of the job (``python -m worker --run-dir JOB
+        *args``), supervised; return each process's peak RSS in MiB. Default: a gloo group of
+        ``cfg.num_workers`` ranks."""
+        return run_workers(job_dir, cfg.cluster, worker, cfg.num_workers, args,
+                           cfg.train.timeout_s, name=name)
 
     def connect(self, trainer: "Trainer") -> None:
         """Join the mode's own runtime before the process group exists (default: nothing)."""
@@ -115,6 +130,7 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: str | Path, strategy: Strategy, resume: bool = False,
                  hooks: Iterable[Hook] = ()) -> None:
         self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
+        self.run_folder = RunFolder(run_dir)
         self.resume, self.hooks = resume, list(hooks)
         self.dtype = getattr(torch, cfg.train.dtype)
         self.rank, self.world = 0, 1
@@ -175,7 +191,7 @@ class Trainer:
                                           weight_decay=cfg.train.weight_decay)
         # Training streams differ per rank; a resumed run then restores them.
         checkpoint.seed_everything(checkpoint.epoch_seed(cfg.train.seed, 0, self.rank))
-        start = (checkpoint.restore(self.run_dir, self.model, self.optimizer, self.rank)
+        start = (self.run_folder.restore(self.model, self.optimizer, self.rank)
                  if self.resume else 1)
         log = MetricsLog(self.run_dir, resume_epoch=start - 1) if self.rank == 0 else None
         for hook in self.hooks:  # before the RSS reading: a hook may page in or reset memory
@@ -203,8 +219,8 @@ class Trainer:
             if log is not None:
                 best = self._is_best(log.records(), record)
                 log.epoch(record)
-                checkpoint.save(self.run_dir, epoch, self.model, self.optimizer, rng,
-                                self._fingerprint(), best=best)
+                self.run_folder.save(epoch, self.model, self.optimizer, rng,
+                                     self.run_folder.fingerprint(cfg), best=best)
                 self._print(f"epoch {epoch}: " + ", ".join(
                     f"{k} {format_value(record[k])}" for k in _LINE_KEYS if k in record))
         if self._bar is not None:
@@ -237,16 +253,10 @@ class Trainer:
 
     def _is_best(self, earlier: list[dict[str, Any]], record: dict[str, Any]) -> bool:
         """Whether ``record`` beats every earlier epoch on the selection metric."""
-        key = self.strategy.selection_metric
+        key = self.strategy.task.selection_metric
         if key is None or record.get(key) is None:
             return False
         return all(r.get(key) is None or record[key] > r[key] for r in earlier)
-
-    def _fingerprint(self) -> dict[str, Any]:
-        """What the checkpoint's weights belong to: what the launcher recorded in the run
-        folder (with the partitions' fingerprint), else the config alone."""
-        return runs.read_marker(self.run_dir).get("fingerprint") or \
-            checkpoint.run_fingerprint(self.cfg)
 
     def _evaluate(self, forward: nn.Module, epoch: int) -> dict[str, Any]:
         """The strategy's evaluation, in eval mode and without autograd."""
@@ -279,7 +289,7 @@ class Trainer:
                    last_eval: dict[str, Any]) -> dict[str, Any]:
         """The evaluation figures of the best epoch (the model ``best.pt`` keeps), its number,
         and the last epoch's figures as ``last_*``; empty without a selection metric."""
-        key = self.strategy.selection_metric
+        key = self.strategy.task.selection_metric
         scored = [r for r in records if key is not None and r.get(key) is not None]
         if not scored:
             return {}

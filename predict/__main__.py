@@ -13,36 +13,18 @@ the last epoch's. Output: ``RUN/predictions.npz`` by default, or ``--out FILE`` 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from dsgraph import checkpoint
-from dsgraph.cluster.dgl_job import run_dgl_job
-from dsgraph.cluster.launch import run_workers
-from dsgraph.errors import UserError, cli_main
-from dsgraph.models.gnn import output_layer
-from dsgraph.models.registry import build_model
-from dsgraph.runs import load_run_config, run_fingerprint
+from dsgraph.errors import cli_main
+from dsgraph.models.registry import probe_model
+from dsgraph.runs import RunFolder, run_fingerprint
+from dsgraph.tasks import task_class
 from predict.output import check_out_path
 from train import strategy_class
 
 WORKER = "predict.worker"
 JOB_DIR = "predictions_job"  # inside the run folder; a name run folders may hold (dsgraph.runs)
-
-
-def check_run(run: Path) -> None:
-    """``run`` is a run folder whose training finished and left a checkpoint."""
-    if not run.is_dir():
-        raise UserError(f"--run {run}: no such folder")
-    if not (run / "config.yaml").is_file():
-        raise UserError(f"--run {run}: not a dsgraph run folder (no config.yaml)")
-    if not (run / "metrics.json").is_file():
-        raise UserError(f"--run {run}: training has not finished (no metrics.json); finish it "
-                        f"with `python -m train --config {run / 'config.yaml'} --out {run} "
-                        f"--resume`")
-    if checkpoint.load(run, "last") is None:
-        raise UserError(f"--run {run}: no {checkpoint.CHECKPOINT} to load the model from")
 
 
 @cli_main
@@ -58,26 +40,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best",
                         help="the best-validation model (default) or the last epoch's")
     args = parser.parse_args(argv)
-    run = args.run
-    check_run(run)
-    cfg = load_run_config(run)
-    out = check_out_path(args.out or run / "predictions.npz")
-    if args.embeddings:
-        if cfg.train.mode == "dsmpnn":
-            raise UserError("--embeddings: DS-MPNN runs export predicted fields only")
-        output_layer(build_model(cfg.model.name, 4, 2, cfg.model.args))  # dims don't matter
-    prepared = strategy_class(cfg.train.mode).prepare(cfg)
-    checkpoint.check_fingerprint(run, run_fingerprint(cfg, prepared), "predict")
-    job = run.resolve() / JOB_DIR
-    shutil.rmtree(job, ignore_errors=True)  # the logs of an earlier prediction job
-    job.mkdir()
-    args_ = ["--run", str(run.resolve()), "--out", str(out), "--checkpoint", args.checkpoint,
-             *(["--embeddings"] if args.embeddings else [])]
-    if cfg.train.mode == "sampled":
-        run_dgl_job(job, prepared, cfg.cluster, WORKER, args_, cfg.train.timeout_s)
-    else:
-        run_workers(job, cfg.cluster, WORKER, cfg.num_workers, args_, cfg.train.timeout_s,
-                    name="predict")
+    run = RunFolder.finished(args.run)
+    cfg = run.config()
+    out = check_out_path(args.out or run.path / "predictions.npz")
+    task_class(cfg.task).check_outputs(
+        args.embeddings, probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
+    strategy = strategy_class(cfg.train.mode)
+    prepared = strategy.prepare(cfg)
+    run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
+    job = run.job_dir(JOB_DIR)  # the logs of an earlier prediction job go
+    args_ = ["--run", str(run.path.resolve()), "--out", str(out), "--checkpoint",
+             args.checkpoint, *(["--embeddings"] if args.embeddings else [])]
+    strategy.launch(cfg, job, prepared, WORKER, args_, name="predict")
     print(f"wrote {out}")
 
 

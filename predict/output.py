@@ -13,10 +13,8 @@ DS-MPNN runs: the test samples' points, ``sample``, ``node`` (point index within
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
-import torch
 
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_with
@@ -33,18 +31,6 @@ def check_out_path(out: Path) -> Path:
     if out.is_dir():
         raise UserError(f"--out {out}: is a folder; expected a file name")
     return out.resolve()
-
-
-def node_table(node_id: torch.Tensor, logits: torch.Tensor,
-               embedding: Optional[torch.Tensor] = None) -> dict[str, np.ndarray]:
-    """The graph modes' columns from original ids, logits and embeddings, sorted by node id."""
-    order = torch.argsort(node_id)
-    out = {"node_id": node_id[order].numpy().astype(np.int64),
-           "pred": logits[order].argmax(1).numpy().astype(np.int64),
-           "prob": torch.softmax(logits[order], 1).numpy()}
-    if embedding is not None:
-        out["embedding"] = embedding[order].numpy()
-    return out
 
 
 def columns(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

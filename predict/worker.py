@@ -17,9 +17,8 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from dsgraph.checkpoint import load_weights  # noqa: E402
 from dsgraph.cluster.worker import run_process_main  # noqa: E402
-from dsgraph.runs import load_run_config  # noqa: E402
+from dsgraph.runs import RunFolder  # noqa: E402
 from dsgraph.trainer import Trainer  # noqa: E402
 from predict import output  # noqa: E402
 from train import strategy_class  # noqa: E402
@@ -34,11 +33,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embeddings", action="store_true")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     args = parser.parse_args(argv)
-    cfg = load_run_config(args.run)
+    run = RunFolder(args.run)
+    cfg = run.config()
     strategy = strategy_class(cfg.train.mode)(cfg)
-    trainer = Trainer(cfg, args.run, strategy)
+    trainer = Trainer(cfg, run.path, strategy)
     model = trainer.open()
-    epoch = load_weights(args.run, model, args.checkpoint)
+    epoch = run.load_weights(model, args.checkpoint)
     model.eval()
     with torch.no_grad():
         arrays = strategy.predict(trainer, args.embeddings)

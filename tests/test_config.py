@@ -13,7 +13,7 @@ from dsgraph import config as cfgmod
 from dsgraph.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = "dataset, partition, model, train, sampled, sar, physics, compression, cluster"
+SECTIONS = "dataset, partition, model, train, sampled, sar, physics, seqagg, compression, cluster"
 
 
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
@@ -220,6 +220,7 @@ def test_nested_set_into_a_scalar_is_one_line_error(tmp_path):
     ("train:\n  fanouts: [5]\n", "train.fanouts: this key is now sampled.fanouts"),
     ("cluster:\n  timeout_s: 9\n", "cluster.timeout_s: this key is now train.timeout_s"),
     ("physics:\n  grad_clip: 1\n", "physics.grad_clip: this key is now train.grad_clip"),
+    ("sar:\n  chunk_rows: 64\n", "sar.chunk_rows: this key is now seqagg.chunk_rows"),
 ])
 def test_moved_keys_say_where_they_went(tmp_path, text, message):
     p = write(tmp_path, text)
@@ -229,6 +230,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
 
 
 @pytest.mark.parametrize("sets, message", [
+    (["train.mode=fullgraph"],
+     "train.mode: expected one of 'sampled', 'sar', 'dsmpnn', got 'fullgraph'"),
     (["train.mode=dsmpnn"],
      "dataset.name: expected one of 'darcy', 'airfoil', 'fields' for train.mode 'dsmpnn', got "
      "'synthetic'"),

@@ -14,6 +14,7 @@ from dsgraph import checkpoint, config as cfgmod, runs
 from dsgraph.errors import ConfigError, UserError
 from dsgraph.metrics import read_records, read_summary
 from dsgraph.models.registry import build_model, resolve
+from dsgraph.runs import RunFolder
 from dsgraph.trainer import Strategy, Trainer
 
 
@@ -24,10 +25,15 @@ def _cfg(tmp_path: Path, **train: Any) -> cfgmod.Config:
 
 # --- run folders ----------------------------------------------------------------------------
 
+def _create(cfg: cfgmod.Config, out: Any = None, resume: bool = False,
+            force: bool = False) -> Path:
+    return RunFolder.create(cfg, out, resume, force).path
+
+
 def test_new_run_writes_config_and_marker(tmp_path):
-    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    run = _create(_cfg(tmp_path))
     assert (run / "config.yaml").is_file() and (run / "logs").is_dir()
-    assert runs.read_marker(run)["fingerprint"]["model.name"] == repr("sage")
+    assert RunFolder(run).marker()["fingerprint"]["model.name"] == repr("sage")
 
 
 def test_force_never_replaces_a_users_folder(tmp_path):
@@ -36,32 +42,32 @@ def test_force_never_replaces_a_users_folder(tmp_path):
     (user / "thesis.tex").write_text("years of work")
     for force in (False, True):
         with pytest.raises(UserError, match=r"holds 'thesis.tex', which dsgraph did not write"):
-            runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=force)
+            _create(_cfg(tmp_path), force=force)
     assert (user / "thesis.tex").read_text() == "years of work"
     assert sorted(p.name for p in user.iterdir()) == ["thesis.tex"]
 
 
 def test_force_keeps_a_run_folder_with_a_users_file_in_it(tmp_path):
-    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    run = _create(_cfg(tmp_path))
     (run / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match="notes.txt"):
-        runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=True)
+        _create(_cfg(tmp_path), force=True)
     assert (run / "notes.txt").exists()
 
 
 def test_force_replaces_a_run_folder_and_plain_reuse_is_refused(tmp_path):
-    run = runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
+    run = _create(_cfg(tmp_path))
     (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
     with pytest.raises(UserError, match="--resume to continue it or --force"):
-        runs.prepare_run_dir(_cfg(tmp_path), None, resume=False)
-    runs.prepare_run_dir(_cfg(tmp_path), None, resume=False, force=True)
+        _create(_cfg(tmp_path))
+    _create(_cfg(tmp_path), force=True)
     assert not (run / "metrics.jsonl").exists() and (run / runs.MARKER).exists()
 
 
 def test_out_naming_a_file_is_refused(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="is not a folder"):
-        runs.prepare_run_dir(_cfg(tmp_path), str(tmp_path / "afile"), resume=False, force=True)
+        _create(_cfg(tmp_path), tmp_path / "afile", force=True)
     assert (tmp_path / "afile").read_text() == "x"
 
 
@@ -70,33 +76,38 @@ def test_out_naming_a_file_is_refused(tmp_path):
 def _save(run: Path, model: nn.Module, epoch: int = 1, meta: dict | None = None,
           best: bool = False) -> None:
     opt = torch.optim.Adam(model.parameters())
-    checkpoint.save(run, epoch, model, opt, [checkpoint.rng_state()], meta or {}, best=best)
+    RunFolder(run).save(epoch, model, opt, [checkpoint.rng_state()], meta or {}, best=best)
 
 
 def test_resume_refuses_other_settings_before_touching_anything(tmp_path):
     cfg = _cfg(tmp_path)
-    run = runs.prepare_run_dir(cfg, None, resume=False)
-    _save(run, nn.Linear(2, 2), meta=checkpoint.run_fingerprint(cfg))
+    run = _create(cfg)
+    _save(run, nn.Linear(2, 2), meta=runs.run_fingerprint(cfg))
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     other = cfgmod.load(None, [f"train.out_dir={run}", "model.args.hidden=7"])
     with pytest.raises(UserError, match=r"--resume: the checkpoint was trained with "
                                         r"model.args.hidden=\(default\), now 7"):
-        runs.prepare_run_dir(other, None, resume=True)
+        _create(other, resume=True)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
     # what may change on resume (more epochs, a new learning rate) is accepted
     longer = cfgmod.load(None, [f"train.out_dir={run}", "train.epochs=9", "train.lr=0.5"])
-    runs.prepare_run_dir(longer, None, resume=True)
+    _create(longer, resume=True)
 
 
 def test_resume_removes_temp_files_of_interrupted_writes(tmp_path):
     cfg = _cfg(tmp_path)
-    run = runs.prepare_run_dir(cfg, None, resume=False)
-    _save(run, nn.Linear(2, 2), meta=checkpoint.run_fingerprint(cfg))
-    stale = [run / ".checkpoint.pt.a1b2.tmp", run / "logs" / ".rank0.log.x.tmp"]
+    run = _create(cfg)
+    _save(run, nn.Linear(2, 2), meta=runs.run_fingerprint(cfg))
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = [run / f".checkpoint.pt.{dead}.a1b2.tmp", run / "logs" / f".rank0.log.{dead}.x.tmp"]
     for p in stale:
         p.write_bytes(b"half a checkpoint")
-    runs.prepare_run_dir(cfg, None, resume=True)
-    assert not any(p.exists() for p in stale) and (run / checkpoint.CHECKPOINT).exists()
+    _create(cfg, resume=True)
+    assert not any(p.exists() for p in stale) and (run / runs.CHECKPOINT).exists()
 
 
 class _Payload:
@@ -111,19 +122,19 @@ class _Payload:
 
 def test_crafted_checkpoint_runs_no_code(tmp_path):
     target = tmp_path / "pwned"
-    (tmp_path / checkpoint.CHECKPOINT).write_bytes(pickle.dumps(
+    (tmp_path / runs.CHECKPOINT).write_bytes(pickle.dumps(
         {"epoch": 1, "model": _Payload(target)}))
     with pytest.raises(UserError, match=r"checkpoint.pt: not a readable dsgraph checkpoint"):
-        checkpoint.load(tmp_path)
+        RunFolder(tmp_path).checkpoint()
     assert not target.exists()
 
 
 def test_truncated_checkpoint_is_one_line(tmp_path):
     _save(tmp_path, nn.Linear(4, 3))
-    path = tmp_path / checkpoint.CHECKPOINT
+    path = tmp_path / runs.CHECKPOINT
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(UserError) as exc:
-        checkpoint.load(tmp_path)
+        RunFolder(tmp_path).checkpoint()
     assert "\n" not in str(exc.value) and "checkpoint.pt" in str(exc.value)
 
 
@@ -134,7 +145,7 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
     _save(tmp_path, nn.Linear(2, 2))
     expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
-    checkpoint.set_rng_state(checkpoint.load(tmp_path)["rng"][0])
+    checkpoint.set_rng_state(RunFolder(tmp_path).checkpoint()["rng"][0])
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
 
 
@@ -145,11 +156,11 @@ def test_load_weights_prefers_best_and_rejects_a_foreign_model(tmp_path):
         model.weight.add_(1.0)
     _save(tmp_path, model, epoch=5)
     fresh = nn.Linear(3, 2)
-    assert checkpoint.load_weights(tmp_path, fresh) == 2
-    assert checkpoint.load_weights(tmp_path, fresh, which="last") == 5
+    assert RunFolder(tmp_path).load_weights(fresh) == 2
+    assert RunFolder(tmp_path).load_weights(fresh, which="last") == 5
     assert torch.equal(fresh.weight, model.weight)
     with pytest.raises(UserError, match="does not fit the configured model"):
-        checkpoint.load_weights(tmp_path, nn.Linear(5, 2))
+        RunFolder(tmp_path).load_weights(nn.Linear(5, 2))
 
 
 # --- best-validation model selection through the real Trainer --------------------------------
@@ -175,16 +186,16 @@ class _ScriptedStrategy(Strategy):
 def test_trainer_keeps_the_best_validation_model(tmp_path):
     cfg = cfgmod.load(None, [f"train.out_dir={tmp_path / 'run'}", "train.epochs=4",
                              "model.name=mlp", "model.args.hidden=4"])
-    run = runs.prepare_run_dir(cfg, None, resume=False)
+    run = _create(cfg)
     Trainer(cfg, run, _ScriptedStrategy(cfg)).run()
     summary = read_summary(run)
     # the first epoch reaching the best score wins; test figures come from that epoch
     assert summary["best_epoch"] == 2 and summary["val_acc"] == 0.70
     assert summary["test_acc"] == pytest.approx(0.2)
     assert summary["last_test_acc"] == pytest.approx(0.4) and summary["last_val_acc"] == 0.70
-    assert checkpoint.load(run, "best")["epoch"] == 2
-    assert checkpoint.load(run, "last")["epoch"] == 4
-    assert checkpoint.load(run, "best")["meta"] == runs.read_marker(run)["fingerprint"]
+    assert RunFolder(run).checkpoint("best")["epoch"] == 2
+    assert RunFolder(run).checkpoint("last")["epoch"] == 4
+    assert RunFolder(run).checkpoint("best")["meta"] == RunFolder(run).marker()["fingerprint"]
     assert [r["epoch"] for r in read_records(run)] == [1, 2, 3, 4]
 
 
@@ -224,14 +235,14 @@ def test_metrics_log_survives_an_append_cut_short_and_names_a_corrupt_line(tmp_p
 
 def test_a_setting_added_after_the_checkpoint_counts_as_its_default(tmp_path):
     cfg = _cfg(tmp_path)
-    run = runs.prepare_run_dir(cfg, None, resume=False)
-    old = checkpoint.run_fingerprint(cfg)
+    run = _create(cfg)
+    old = runs.run_fingerprint(cfg)
     del old["partition.halo_hops"]  # as if the key did not exist when the run trained
     _save(run, nn.Linear(2, 2), meta=old)
-    runs.prepare_run_dir(cfg, None, resume=True)
+    _create(cfg, resume=True)
     changed = cfgmod.load(None, [f"train.out_dir={run}", "partition.halo_hops=2"])
     with pytest.raises(UserError, match=r"partition.halo_hops=\(default\), now 2"):
-        runs.prepare_run_dir(changed, None, resume=True)
+        _create(changed, resume=True)
 
 
 def test_orphaned_temp_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):

@@ -1,5 +1,8 @@
 """Training entry points: ``python -m train`` (the launcher) and ``train.worker`` (one process of
-a job); one strategy module per mode, each a :class:`dsgraph.trainer.Strategy`."""
+a job); one strategy module per mode, each a :class:`dsgraph.trainer.Strategy`.
+
+A new mode is its strategy module, its config section (:mod:`dsgraph.config.modes`) and one
+line of :data:`MODES`."""
 from __future__ import annotations
 
 import importlib

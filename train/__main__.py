@@ -14,45 +14,38 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dsgraph import config as config_mod
-from dsgraph.cluster.dgl_job import run_dgl_job
-from dsgraph.cluster.launch import run_workers
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
-from dsgraph.fsutil import remove_orphaned_temps_in
 from dsgraph.metrics import print_summary, read_summary, update_summary
 from dsgraph.models.registry import resolve as resolve_model
-from dsgraph.runs import prepare_run_dir, run_fingerprint
+from dsgraph.runs import RunFolder, run_fingerprint
 from train import strategy_class
 
 WORKER = "train.worker"
 
 
-def launch(cfg: Config, run_dir: Path, resume: bool, worker_args: Sequence[str] = (),
+def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str] = (),
            prepared: Any = None) -> dict:
-    """Run the job of ``cfg`` in ``run_dir``; return its metrics.json (with launcher figures).
+    """Run the job of ``cfg`` in ``run``; return its metrics.json (with launcher figures).
 
     ``worker_args`` go to every ``train.worker`` (``--hook``s, say); ``prepared`` is what the
     mode's launcher-side :meth:`~dsgraph.trainer.Strategy.prepare` returned (run here if None).
     """
     t0 = time.perf_counter()
+    strategy = strategy_class(cfg.train.mode)
     if prepared is None:
-        prepared = strategy_class(cfg.train.mode).prepare(cfg)
+        prepared = strategy.prepare(cfg)
     args = [*(["--resume"] if resume else []), *worker_args]
     try:
-        if cfg.train.mode == "sampled":
-            peaks = run_dgl_job(run_dir, prepared, cfg.cluster, WORKER, args,
-                                cfg.train.timeout_s)
-        else:
-            peaks = run_workers(run_dir, cfg.cluster, WORKER, cfg.num_workers, args,
-                                cfg.train.timeout_s)
+        peaks = strategy.launch(cfg, run.path, prepared, WORKER, args)
     finally:
         # a worker stopped mid-write (SIGTERM, a fault) leaves its temporary file behind; every
         # job process has ended here, so none of them is a live write
-        remove_orphaned_temps_in(run_dir)
+        run.remove_temp_files()
     # The supervisor samples every process; the workers' own high-water marks catch short peaks.
-    own = read_summary(run_dir).get("peak_rss_mb", 0.0)
-    return update_summary(run_dir, wall_s=time.perf_counter() - t0,
+    own = read_summary(run.path).get("peak_rss_mb", 0.0)
+    return update_summary(run.path, wall_s=time.perf_counter() - t0,
                           peak_rss_mb=max([own, *peaks.values()]), peak_rss_mb_per_process=peaks)
 
 
@@ -74,11 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
     prepared = strategy_class(cfg.train.mode).prepare(cfg)
-    fingerprint = run_fingerprint(cfg, prepared)
-    run_dir = prepare_run_dir(cfg, args.out, args.resume, args.force, fingerprint)
-    launch(cfg, run_dir, args.resume, prepared=prepared)
-    plot_curves(run_dir)
-    print_summary(run_dir)
+    run = RunFolder.create(cfg, args.out, args.resume, args.force, run_fingerprint(cfg, prepared))
+    launch(cfg, run, args.resume, prepared=prepared)
+    plot_curves(run.path)
+    print_summary(run.path)
 
 
 if __name__ == "__main__":

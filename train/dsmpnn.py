@@ -20,18 +20,17 @@ from torch import nn
 
 from dsgraph import dist
 from dsgraph.config import Config
-from dsgraph.errors import ConfigError, UserError
+from dsgraph.errors import ConfigError
 from dsgraph.models.base import follows_field_contract
 from dsgraph.physics import engine
-from dsgraph.physics.fields import load_fields
+from dsgraph.physics.fields import FieldSet, load_fields
 from dsgraph.physics.sampling import edge_feat_dim
+from dsgraph.tasks.regression import FieldTarget
 from dsgraph.trainer import Strategy, Trainer
 
 
 class DsmpnnStrategy(Strategy):
     """Domain-decomposed message passing over sampled radius graphs of physical fields."""
-
-    selection_metric = None  # test figures only: no validation metric to pick a best model
 
     @staticmethod
     def prepare(cfg: Config) -> None:
@@ -42,9 +41,8 @@ class DsmpnnStrategy(Strategy):
         """Load the fields and build the model, sized for them."""
         self.data = load_fields(self.cfg, progress=False)
         self.steps_per_epoch = math.ceil(len(self.data.train) / self.cfg.physics.batch_fields)
-        model = trainer.build_model(self.data.in_feats, self.data.out_feats,
-                                    edge_feats=edge_feat_dim(self.data.coef_dim,
-                                                             self.data.pos_dim))
+        model = trainer.build_model(self.data.in_feats, self.task.head_width(self.data.out_feats),
+                                    edge_feats=edge_feat_dim(self.data.coef_dim, self.data.pos_dim))
         if not follows_field_contract(model):
             raise ConfigError(f"{self.cfg.source}: model.name: {type(model).__name__}.forward "
                               f"takes no `exchange` argument; a dsmpnn model must follow "
@@ -57,7 +55,8 @@ class DsmpnnStrategy(Strategy):
         loss = engine.train_epoch(trainer.model, trainer.step, self.data, self.cfg.physics,
                                   self.cfg.train.seed, epoch, trainer.rank, trainer.world,
                                   trainer.dtype, timers,
-                                  advance=lambda value: trainer.advance(loss=value))
+                                  advance=lambda value: trainer.advance(loss=value),
+                                  task=self.task)
         return {"loss": loss, **timers}
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
@@ -72,30 +71,36 @@ class DsmpnnStrategy(Strategy):
                                   self.cfg.train.seed, ph.infer_repeats, trainer.rank,
                                   trainer.world, trainer.dtype)
             passes.append(dist.all_max([time.perf_counter() - t0])[0])
-        out = {**engine.metrics(pred, self.data.test, self.data.y_norm),
+        out = {**self._metrics(pred, self.data.test, "test"),
                "infer_s": float(np.median(passes)), "infer_s_all": passes}
         if self.data.transfer is not None:
             pred = engine.predict(trainer.model, self.data, self.data.transfer, ph,
                                   self.cfg.train.seed, ph.infer_repeats, trainer.rank,
                                   trainer.world, trainer.dtype)
-            out.update(engine.metrics(pred, self.data.transfer, self.data.y_norm, "transfer"))
+            out.update(self._metrics(pred, self.data.transfer, "transfer"))
         return out
+
+    def _metrics(self, pred: np.ndarray, fs: FieldSet, split: str) -> dict[str, Any]:
+        """The task's figures of ``pred`` (every worker holds all of it: no sum over ranks)."""
+        return self.task.metrics(self.task.metric_sums(pred, self._target(fs)), split)
+
+    def _target(self, fs: FieldSet) -> FieldTarget:
+        """``fs``'s solution fields as the task scores them."""
+        return FieldTarget(fs.y, fs.y_raw, self.data.y_norm.decode)
 
     def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
         """The test fields as evaluation predicts them, one row per point: ``sample``, ``node``,
         ``pos`` and ``pred`` / ``target`` in physical units (rank 0; other ranks None)."""
-        if embeddings:
-            raise UserError("--embeddings: DS-MPNN runs export predicted fields only")
+        self.task.check_outputs(embeddings, None)
         ph, fs = self.cfg.physics, self.data.test
         pred = engine.predict(trainer.model, self.data, fs, ph, self.cfg.train.seed,
                               ph.infer_repeats, trainer.rank, trainer.world, trainer.dtype)
         if trainer.rank != 0:
             return None
-        n, m, c = pred.shape
-        return {"sample": np.repeat(np.arange(n), m), "node": np.tile(np.arange(m), n),
-                "pos": fs.pos.reshape(n * m, -1),
-                "pred": self.data.y_norm.decode(pred).reshape(n * m, c),
-                "target": fs.y_raw.reshape(n * m, c)}
+        n, m = pred.shape[:2]
+        index = {"sample": np.repeat(np.arange(n), m), "node": np.tile(np.arange(m), n),
+                 "pos": fs.pos.reshape(n * m, -1)}
+        return self.task.outputs(pred, index, self._target(fs))
 
     def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The dataset, sampling and batching settings, optimizer steps, the final training

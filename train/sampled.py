@@ -4,7 +4,7 @@ Each trainer reads its partition's nodes from shared memory and, from a local ca
 partition's halo rows (``sampled.cache_halo``) and the most-connected remote rows that fit
 ``sampled.remote_cache_mb``; the rest travels over RPC. With ``sampled.rematerialize``
 the first block's sources are pulled and aggregated one owning partition at a time and rebuilt
-in backward (:mod:`dsgraph.seqagg.sampled`, chunks of ``sar.chunk_rows`` rows). With
+in backward (:mod:`dsgraph.seqagg.sampled`, chunks of ``seqagg.chunk_rows`` rows). With
 ``sampled.local_sampling`` every frontier node whose in-edges the trainer's partition graph stores
 in full is sampled there, without RPC (:mod:`dsgraph.distgraph.local_sampler`); with
 ``sampled.prefetch`` a thread samples and reads the next batches while one trains
@@ -21,28 +21,27 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import dgl
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
-from dsgraph.distgraph.evaluate import accuracy, node_outputs
+from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.distgraph.evaluate import node_outputs, split_metrics
 from dsgraph.distgraph.features import CachedFeatures
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import layer_count
-from dsgraph.models.registry import build_model
+from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph.seqagg import sampled as remat
 from dsgraph.trainer import Strategy, Trainer
-from predict.output import node_table
 
 
 def check_fanouts(cfg: Config, model: nn.Module) -> None:
@@ -84,9 +83,15 @@ class SampledStrategy(Strategy):
     def prepare(cfg: Config) -> Path:
         """Launcher side: the partition files exist, the model arguments are accepted and the
         fanouts match the model's layers."""
-        # fails here, before any process
-        check_fanouts(cfg, build_model(cfg.model.name, 4, 2, cfg.model.args))
+        check_fanouts(cfg, probe_model(cfg.model.name, cfg.model.args))  # before any process
         return partition_json(cfg)
+
+    @staticmethod
+    def launch(cfg: Config, job_dir: Path, prepared: Path, worker: str, args: Sequence[str],
+               name: str = "worker") -> dict[str, float]:
+        """DistGraph servers for the partitions in ``prepared`` (the partition JSON) and the
+        trainers (``worker``) beside them."""
+        return run_dgl_job(job_dir, prepared, cfg.cluster, worker, args, cfg.train.timeout_s)
 
     def connect(self, trainer: Trainer) -> None:
         """Join the DistGraph servers (before the gloo group, as DGL's launcher does)."""
@@ -103,7 +108,8 @@ class SampledStrategy(Strategy):
                       for name in ("train", "val", "test")}
         meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
         num_classes = int(meta.get("num_classes", 0)) or self._num_classes()
-        model = trainer.build_model(g.ndata["feat"].shape[1], num_classes)
+        width = self.task.head_width(num_classes)
+        model = trainer.build_model(g.ndata["feat"].shape[1], width)
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         s = self.cfg.sampled
         self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
@@ -142,7 +148,8 @@ class SampledStrategy(Strategy):
                 x, blocks = self.inputs(input_nodes, lids, blocks)
                 yield seeds, x, blocks, self.label[seeds]
 
-        loss_sum = correct = seeds_seen = batches = 0.0
+        loss_sum = seeds_seen = batches = 0.0
+        scores = [0.0] * self.task.num_sums
         self.feat.remote_rows = self.feat.cache_hits = 0
         self.counter.reset()
         # Every trainer starts the clock together: rank 0's checkpoint write after the last
@@ -158,27 +165,27 @@ class SampledStrategy(Strategy):
                 if out.shape[0] != seeds.numel():  # a plug-in model consumed fewer blocks
                     raise ConfigError(_fanouts_message(
                         self.cfg, f"returned {out.shape[0]} rows for {seeds.numel()} seed nodes"))
-                loss = F.cross_entropy(out, y)
+                loss = self.task.loss(out, y)
                 trainer.step(loss)
                 loss_sum += loss.item() * seeds.numel()
-                correct += float((out.argmax(1) == y).sum())
+                scores = [a + b for a, b in zip(scores, self.task.metric_sums(out.detach(), y))]
                 seeds_seen += seeds.numel()
                 batches += 1
                 trainer.advance(loss=loss.item(), seeds_s=seeds_seen / (time.perf_counter() - t0))
         train_s = dist.all_max([time.perf_counter() - t0])[0]
-        total = dist.all_sum([loss_sum, correct, seeds_seen, batches,
+        total = dist.all_sum([loss_sum, seeds_seen, batches,
                               self.feat.remote_rows * self.feat.row_bytes,
                               self.counter.requests, self.counter.remote_nodes,
                               self.counter.local_nodes, self.feat.remote_rows,
-                              self.feat.cache_hits])
-        sampled, foreign = total[6] + total[7], total[8] + total[9]
-        return {"loss": total[0] / max(total[2], 1.0), "train_acc": total[1] / max(total[2], 1.0),
-                "samples_per_s": total[2] / train_s, "batches": int(total[3]),
-                "remote_feature_bytes": int(total[4]), "rpc_sample_requests": int(total[5]),
-                "remote_sampled_nodes": int(total[6]),
-                "local_sample_fraction": total[7] / sampled if sampled else None,
+                              self.feat.cache_hits, *scores])
+        sampled, foreign = total[5] + total[6], total[7] + total[8]
+        return {"loss": total[0] / max(total[1], 1.0), **self.task.metrics(total[9:], "train"),
+                "samples_per_s": total[1] / train_s, "batches": int(total[2]),
+                "remote_feature_bytes": int(total[3]), "rpc_sample_requests": int(total[4]),
+                "remote_sampled_nodes": int(total[5]),
+                "local_sample_fraction": total[6] / sampled if sampled else None,
                 # of the feature rows owned by another partition, the share the cache served
-                "cache_hit_rate": total[9] / foreign if foreign else None}
+                "cache_hit_rate": total[8] / foreign if foreign else None}
 
     def sample(self, order: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
         """(input nodes, seeds, blocks) of consecutive ``batch_size`` slices of ``order``.
@@ -202,7 +209,7 @@ class SampledStrategy(Strategy):
         and the features a placeholder (rows are pulled group by group)."""
         if not self.cfg.sampled.rematerialize:
             return self.feat.by_local_id(input_nodes, lids), blocks
-        chunk, comp, k = self.cfg.sar.chunk_rows, self.cfg.compression, \
+        chunk, comp, k = self.cfg.seqagg.chunk_rows, self.cfg.compression, \
             self.cfg.sampled.remat_layers
         rb = remat.RematBlock(blocks[0], remat.FeatureRows(self.feat), self.pb.nid2partid,
                               self.pb.partid, chunk, comp)
@@ -212,18 +219,20 @@ class SampledStrategy(Strategy):
             [rb] + later + list(blocks[k:])
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
-        """Validation and test accuracy of all nodes (layer-wise when the model allows it)."""
+        """The task's validation and test metrics over all nodes (layer-wise when the model
+        allows it)."""
         s = self.cfg.sampled
-        return accuracy(trainer.model, self.g, {"val": self.split["val"], "test": self.split["test"]},
-                        self._layerwise(trainer), s.fanouts, s.eval_batch_size)
+        return split_metrics(trainer.model, self.g, self.task,
+                             {"val": self.split["val"], "test": self.split["test"]},
+                             self._layerwise(trainer), s.fanouts, s.eval_batch_size)
 
     def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
         """Every node's outputs, computed as evaluation computes them, read by rank 0."""
         s = self.cfg.sampled
         out = node_outputs(trainer.model, self.g, trainer.rank, self._layerwise(trainer),
                            s.fanouts, s.eval_batch_size, embeddings)
-        return None if out is None else node_table(out["node_id"], out["logits"],
-                                                   out.get("embedding"))
+        return None if out is None else self.task.outputs(
+            out["logits"], {"node_id": out["node_id"].numpy()}, embedding=out.get("embedding"))
 
     def _layerwise(self, trainer: Trainer) -> bool:
         """Whether evaluation and predictions are exact layer-wise inference."""

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dsgraph import dist
@@ -20,12 +19,11 @@ from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.errors import DataError
 from dsgraph.models.gnn import capture_layer_input
-from dsgraph.models.registry import build_model
+from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph.sar.model import check_model, prepare_model
 from dsgraph.sar.worker import setup_worker
 from dsgraph.trainer import Strategy, Trainer
-from predict.output import node_table
 
 SPLITS = ("train", "val", "test")
 
@@ -37,17 +35,17 @@ class SarStrategy(Strategy):
     def prepare(cfg: Config) -> Path:
         """Launcher side: partition files of the right part count, layers SAR can run."""
         path = partition_json(cfg)
-        check_model(build_model(cfg.model.name, 4, 2, cfg.model.args))  # dims don't matter
+        check_model(probe_model(cfg.model.name, cfg.model.args))
         return path
 
     def setup(self, trainer: Trainer) -> nn.Module:
         """Load this worker's partition, its shards and ring plan; build the model."""
         part_json = partition_json(self.cfg)
         self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
-                              self.cfg.sar.prefetch, self.cfg.sar.chunk_rows)
+                              self.cfg.sar.prefetch, self.cfg.seqagg.chunk_rows)
         # Build every graph structure (with its sparse formats) now: it is part of loading, not
         # of the first epoch's forward pass.
-        self.w.plan.materialize(self.cfg.sar.mode, self.cfg.sar.chunk_rows)
+        self.w.plan.materialize(self.cfg.sar.mode, self.cfg.seqagg.chunk_rows)
         nd = self.w.part.ndata
         self.x = nd["feat"].to(trainer.dtype)
         self.label = nd["label"].long()
@@ -57,7 +55,8 @@ class SarStrategy(Strategy):
             raise DataError(f"{part_json}: no node has train_mask set")
         top = float(self.label.max()) if self.label.numel() else 0.0
         num_classes = int(dist.all_max([top])[0]) + 1
-        return prepare_model(trainer.build_model(self.x.shape[1], num_classes))
+        width = self.task.head_width(num_classes)
+        return prepare_model(trainer.build_model(self.x.shape[1], width))
 
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One full-graph step; the loss of every worker's labelled nodes, summed."""
@@ -68,22 +67,24 @@ class SarStrategy(Strategy):
                 else contextlib.nullcontext()):
             logits = trainer.model(self.w.graph, self.x)
         tr = self.masks["train"]
-        loss = F.cross_entropy(logits[tr], self.label[tr], reduction="sum") / self.counts["train"]
+        loss = self.task.loss(logits[tr], self.label[tr], "sum") / self.counts["train"]
         trainer.step(loss)
-        correct = float((logits.detach()[tr].argmax(1) == self.label[tr]).sum())
+        scores = self.task.metric_sums(logits.detach()[tr], self.label[tr])
         del logits
-        total = dist.all_sum([loss.item(), correct, self.w.comm.bytes_sent - sent0])
+        total = dist.all_sum([loss.item(), self.w.comm.bytes_sent - sent0, *scores])
         trainer.advance(loss=total[0])
-        return {"loss": total[0], "train_acc": total[1] / self.counts["train"],
-                "bytes_sent": int(total[2])}
+        return {"loss": total[0], **self.task.metrics(total[2:], "train"),
+                "bytes_sent": int(total[1])}
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
-        """Full-graph accuracy on the validation and test nodes."""
-        pred = trainer.model(self.w.graph, self.x).argmax(1)
-        right = dist.all_sum([float((pred[self.masks[k]] == self.label[self.masks[k]]).sum())
-                              for k in SPLITS[1:]])
-        return {f"{k}_acc": (r / self.counts[k] if self.counts[k] else None)
-                for k, r in zip(SPLITS[1:], right)}
+        """The task's full-graph metrics on the validation and test nodes."""
+        out = trainer.model(self.w.graph, self.x)
+        sums = dist.all_sum([v for k in SPLITS[1:]
+                             for v in self.task.metric_sums(out[self.masks[k]],
+                                                            self.label[self.masks[k]])])
+        n = self.task.num_sums
+        return {key: value for i, k in enumerate(SPLITS[1:])
+                for key, value in self.task.metrics(sums[i * n:(i + 1) * n], k).items()}
 
     def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
         """Every node's outputs: each worker forwards the whole graph and keeps its own nodes'
@@ -96,9 +97,10 @@ class SarStrategy(Strategy):
         parts = dist.gather_values(mine)
         if trainer.rank != 0:
             return None
-        return node_table(torch.cat([p["node_id"] for p in parts]),
-                          torch.cat([p["logits"] for p in parts]),
-                          torch.cat([p["embedding"] for p in parts]) if embeddings else None)
+        return self.task.outputs(torch.cat([p["logits"] for p in parts]),
+                                 {"node_id": torch.cat([p["node_id"] for p in parts]).numpy()},
+                                 embedding=torch.cat([p["embedding"] for p in parts])
+                                 if embeddings else None)
 
     def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The partition count and the aggregation mode."""

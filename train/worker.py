@@ -18,7 +18,7 @@ import importlib  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from dsgraph.cluster.worker import run_process_main  # noqa: E402
-from dsgraph.runs import load_run_config  # noqa: E402
+from dsgraph.runs import RunFolder  # noqa: E402
 from dsgraph.trainer import Hook, Trainer  # noqa: E402
 from train import strategy_class  # noqa: E402
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--hook", action="append", default=[], metavar="MODULE:FACTORY")
     args = parser.parse_args(argv)
-    cfg = load_run_config(args.run_dir)
+    cfg = RunFolder(args.run_dir).config()
     strategy = strategy_class(cfg.train.mode)(cfg)
     Trainer(cfg, args.run_dir, strategy, args.resume, [load_hook(h) for h in args.hook]).run()
 

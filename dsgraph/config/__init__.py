@@ -1,8 +1,8 @@
 """Run configuration: the section dataclasses, YAML loading, ``--set`` overrides, validation.
 
 A YAML file has one mapping per section (``dataset``, ``partition``, ``model``, ``train``,
-``sampled``, ``sar``, ``physics``, ``compression``, ``cluster``); every key is optional and
-defaults to the dataclass default. Anything invalid, alone or in combination, raises
+``sampled``, ``sar``, ``physics``, ``seqagg``, ``compression``, ``cluster``); every key is
+optional and defaults to the dataclass default. Anything invalid, alone or in combination, raises
 :class:`ConfigError` with one line naming the file, the key path and what is allowed.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import yaml
 from dsgraph.config.checks import cross_check
 from dsgraph.config.schema import build_section, reference_rows
 from dsgraph.config.yamlfile import read_yaml
+from dsgraph.config.modes import PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 from dsgraph.config.sections import (
     ClusterConfig,
     CompressionConfig,
@@ -24,9 +25,6 @@ from dsgraph.config.sections import (
     DatasetConfig,
     ModelConfig,
     PartitionConfig,
-    PhysicsConfig,
-    SampledConfig,
-    SarConfig,
     TrainConfig,
 )
 from dsgraph.errors import ConfigError
@@ -34,7 +32,7 @@ from dsgraph.fsutil import atomic_write_text
 
 __all__ = ["ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DatasetConfig",
            "ModelConfig", "PartitionConfig", "PhysicsConfig", "SampledConfig", "SarConfig",
-           "TrainConfig", "SECTIONS", "add_cli_args", "dump", "from_dict", "load",
+           "SeqaggConfig", "TrainConfig", "SECTIONS", "add_cli_args", "dump", "from_dict", "load",
            "parse_override", "reference_table"]
 
 SECTIONS = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}

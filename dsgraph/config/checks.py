@@ -1,11 +1,9 @@
 """Rules that involve more than one field: each names the key to change and why."""
 from __future__ import annotations
 
-from dsgraph.config.sections import Config
+from dsgraph.config.sections import Config, mode_sections
 from dsgraph.errors import ConfigError
 
-GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
-FIELD_DATASETS = ("darcy", "airfoil", "fields")
 FILE_DATASETS = ("file", "csv", "ogb", "fields")  # the datasets that read dataset.path
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
                "ogb": "an OGB dataset folder (holding raw/ and split/)",
@@ -25,23 +23,23 @@ def cross_check(cfg: Config) -> None:
     if d.train_frac + d.val_frac + d.test_frac > 1.0 + 1e-9:
         raise ConfigError(f"{src}: dataset.train_frac: expected train_frac + val_frac + test_frac "
                           f"<= 1, got {d.train_frac + d.val_frac + d.test_frac:g}")
+    modes = {section.MODE: section for section in mode_sections(cfg)}
+    if t.mode not in modes:
+        raise ConfigError(f"{src}: train.mode: expected one of "
+                          f"{', '.join(map(repr, modes))}, got {t.mode!r}")
+    section = modes[t.mode]
+    if t.task != "auto" and t.task not in section.TASKS:
+        raise ConfigError(f"{src}: train.task: expected 'auto' or one of "
+                          f"{', '.join(map(repr, section.TASKS))} for train.mode {t.mode!r}, "
+                          f"got {t.task!r}")
     check_dataset_inputs(cfg)
-    wanted = FIELD_DATASETS if t.mode == "dsmpnn" else GRAPH_DATASETS
+    wanted = section.DATASETS
     if d.name not in wanted:
         choices = (" or ".join(map(repr, wanted)) if len(wanted) == 2
                    else "one of " + ", ".join(map(repr, wanted)))
         raise ConfigError(f"{src}: dataset.name: expected {choices} for train.mode {t.mode!r}, "
                           f"got {d.name!r}")
-    if t.mode == "sampled" and t.dtype != "float32":
-        raise ConfigError(f"{src}: train.dtype: expected 'float32' for train.mode 'sampled' "
-                          f"(DistGraph serves float32 features), got {t.dtype!r}")
-    if t.mode == "dsmpnn" and cfg.physics.sampled_nodes < cfg.physics.workers:
-        raise ConfigError(f"{src}: physics.sampled_nodes: expected >= physics.workers "
-                          f"({cfg.physics.workers}), got {cfg.physics.sampled_nodes}")
-    sm = cfg.sampled
-    if t.mode == "sampled" and sm.rematerialize and sm.remat_layers > len(sm.fanouts):
-        raise ConfigError(f"{src}: sampled.remat_layers: expected at most one per layer "
-                          f"({len(sm.fanouts)} fanouts), got {sm.remat_layers}")
+    section.check(cfg)
     c = cfg.compression
     if c.levels == "optimal" and c.bits != 2:
         raise ConfigError(f"{src}: compression.levels: 'optimal' needs compression.bits 2, "

@@ -20,7 +20,7 @@ MOVED = {
     "train.cache_halo": "sampled.cache_halo", "sar.eval_every": "train.eval_every",
     "sar.timeout_s": "train.collective_timeout_s", "cluster.timeout_s": "train.timeout_s",
     "physics.lr_schedule": "train.lr_schedule", "physics.grad_clip": "train.grad_clip",
-    "physics.eval_every": "train.eval_every",
+    "physics.eval_every": "train.eval_every", "sar.chunk_rows": "seqagg.chunk_rows",
 }
 
 

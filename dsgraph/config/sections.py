@@ -1,7 +1,8 @@
 """The sections of a run configuration, one dataclass each; every field documents itself.
 
 Generic training knobs live in ``train``; what only one mode reads lives in that mode's section
-(``sampled``, ``sar``, ``physics``). Cross-field rules are in :mod:`dsgraph.config.checks`.
+(:mod:`dsgraph.config.modes`). Cross-field rules are in :mod:`dsgraph.config.checks` and in
+the mode sections.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from dsgraph.config.fields import opt
+from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 
 
 @dataclass
@@ -96,8 +98,10 @@ class ModelConfig:
 class TrainConfig:
     """The training loop every mode shares."""
 
-    mode: Literal["sampled", "sar", "dsmpnn"] = opt(
-        "sampled", "`sampled` (DistGraph + mini-batches), `sar` (full-batch), `dsmpnn` (physics)")
+    mode: str = opt("sampled", "`sampled` (DistGraph + mini-batches), `sar` (full-batch), "
+                               "`dsmpnn` (physics)")
+    task: str = opt("auto", "what the model learns: `node_classification` (`sampled`, `sar`), "
+                            "`field_regression` (`dsmpnn`); `auto` = the mode's own")
     epochs: int = opt(3, "epochs to train (a resumed run continues up to this)", ge=1)
     lr: float = opt(0.01, "Adam learning rate", gt=0)
     lr_schedule: Literal["constant", "cosine"] = opt(
@@ -113,46 +117,6 @@ class TrainConfig:
     timeout_s: float = opt(1800.0, "whole-job limit: every process is stopped after it", gt=0)
     collective_timeout_s: float = opt(600.0, "limit of one gloo operation: a dead peer fails "
                                              "the job instead of hanging it", gt=0)
-
-
-@dataclass
-class SampledConfig:
-    """``train.mode: sampled``: mini-batches drawn by DGL's neighbour sampler over DistGraph."""
-
-    batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1)
-    fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
-                        factory=lambda: [10, 25], item_ge=1)
-    eval: Literal["layerwise", "sampled"] = opt(
-        "layerwise", "`layerwise` (exact full-neighbour inference, needs `forward_layer`) or "
-                     "`sampled` (with `fanouts`)")
-    eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1)
-    cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
-                                 "and serves them locally")
-    remote_cache_mb: float = opt(256.0, "MiB per trainer for feature rows beyond the halo owned "
-                                        "by other partitions, pulled once at start: the nodes "
-                                        "with the most out-edges first (0 = halo only)", ge=0)
-    rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
-                                     "partition at a time and rebuild them in backward (SAR-style)")
-    remat_layers: int = opt(1, "with `rematerialize`: the leading layers that run that way; the "
-                               "first over fetched features, later ones over the previous "
-                               "layer's output in groups of `sar.chunk_rows` rows (raise it "
-                               "when a later layer's backward sets the peak, as GAT's second)",
-                            ge=1)
-    copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
-                                        "next to the remote cache, so a batch's rows are one "
-                                        "gather from one table (costs the partition's feature "
-                                        "bytes once more per trainer)")
-    prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
-                           "the one training (0 = none: with the remote cache little RPC is left "
-                           "to hide; off with `rematerialize`, whose forward reads rows itself, "
-                           "and with sampler processes)", ge=0)
-    seed_split: Literal["even", "owned"] = opt(
-        "even", "training seeds per trainer: `even` (DGL's `node_split`: equal counts, topped "
-                "up with nodes of other partitions) or `owned` (the trainer's partition's own "
-                "nodes only, so their neighbourhoods stay local; counts may differ)")
-    local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
-                                      "in full (inner nodes, and halo nodes with `partition."
-                                      "halo_hops: 2`) locally; only the rest over RPC")
 
 
 @dataclass
@@ -197,53 +161,6 @@ class CompressionConfig:
 
 
 @dataclass
-class SarConfig:
-    """``train.mode: sar``: full-batch sequential aggregation and rematerialization."""
-
-    mode: Literal["sar", "sa", "one_shot"] = opt(
-        "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "
-               "parts), `one_shot` (all halo rows at once)")
-    prefetch: bool = opt(False, "post the next ring round's transfers before aggregating this "
-                                "one (one more remote block alive)")
-    chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (SAR, "
-                             "where remote rows also move in pieces of this many rows, and "
-                             "`sampled.rematerialize`, where it also bounds the destination rows "
-                             "of each output run); 0 = a whole group at once", ge=0)
-    rebuild_inputs: bool = opt(True, "`sar` mode: an aggregate of the input features that a layer "
-                                     "saves for backward (SAGE mean with in_feats <= out_feats) "
-                                     "is computed again in backward instead of kept: one "
-                                     "destination-sized tensor less through every later peak, "
-                                     "one more ring at the input width")
-
-
-@dataclass
-class PhysicsConfig:
-    """``train.mode: dsmpnn``: physics data, graph sampling and domain decomposition."""
-
-    resolution: int = opt(64, "Darcy grid nodes per side", ge=8, le=421)
-    test_resolution: Optional[int] = opt(None, "Darcy: also test on `test_samples` fields at "
-                                               "this grid size (`transfer_rmse`, "
-                                               "`transfer_rel_l2`)", ge=8, le=421)
-    train_samples: int = opt(100, "training fields (`darcy`, `airfoil`)", ge=1)
-    test_samples: int = opt(20, "test fields (`darcy`, `airfoil`)", ge=1)
-    points: int = opt(5000, "airfoil points per field", ge=100)
-    test_points: Optional[int] = opt(None, "airfoil: also test on `test_samples` fields of "
-                                           "this many points (`transfer_rmse`, "
-                                           "`transfer_rel_l2`)", ge=100)
-    batch_fields: int = opt(1, "fields per optimizer step (their gradients averaged)", ge=1)
-    sampled_nodes: int = opt(1000, "s: nodes drawn per field (resampled every epoch)", ge=2)
-    radius: float = opt(0.1, "neighbourhood radius (dataset coordinates)", gt=0)
-    max_edges: int = opt(16, "n_e: cap on incoming edges per node", ge=1)
-    workers: int = opt(1, "P: subdomains, one worker process each", ge=1)
-    decomposition: Literal["bisection", "metis"] = opt("bisection", "how nodes are split into "
-                                                                    "subdomains")
-    gen_workers: int = opt(2, "processes generating the dataset", ge=1)
-    infer_repeats: int = opt(2, "full-field inference: random covers averaged", ge=1)
-    infer_passes: int = opt(1, "evaluation predicts the test fields this many times; "
-                               "`infer_s` is the median pass (steadier timings)", ge=1)
-
-
-@dataclass
 class Config:
     """A whole run: one instance of every section."""
 
@@ -254,27 +171,39 @@ class Config:
     sampled: SampledConfig = field(default_factory=SampledConfig)
     sar: SarConfig = field(default_factory=SarConfig)
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
+    seqagg: SeqaggConfig = field(default_factory=SeqaggConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     source: str = field(default="<defaults>", compare=False, repr=False)
 
     @property
+    def mode_section(self) -> ModeSection:
+        """The section of ``train.mode`` (which declares its process counts and rules)."""
+        return next(s for s in mode_sections(self) if s.MODE == self.train.mode)
+
+    @property
+    def task(self) -> str:
+        """The task trained: ``train.task``, or the mode's own for ``auto``."""
+        return self.mode_section.TASKS[0] if self.train.task == "auto" else self.train.task
+
+    @property
     def num_workers(self) -> int:
-        """Training processes of the run: partitions x trainers (``sampled``), partitions
-        (``sar``) or subdomains (``dsmpnn``)."""
-        if self.train.mode == "sampled":
-            return self.partition.num_parts * self.cluster.trainers_per_machine
-        if self.train.mode == "sar":
-            return self.partition.num_parts
-        return self.physics.workers
+        """Training processes of the run (the mode's section counts them)."""
+        return self.mode_section.num_workers(self)
 
     @property
     def num_machines(self) -> int:
-        """Hosts (lines of ``cluster.ip_config``): one per partition, or per DS-MPNN subdomain."""
-        return self.physics.workers if self.train.mode == "dsmpnn" else self.partition.num_parts
+        """Hosts (lines of ``cluster.ip_config``), as the mode's section counts them."""
+        return self.mode_section.num_machines(self)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (what a run folder's config.yaml holds)."""
         out = dataclasses.asdict(self)
         out.pop("source")
         return out
+
+
+def mode_sections(cfg: Config) -> list[ModeSection]:
+    """Every section that configures a mode, in field order."""
+    return [s for s in (getattr(cfg, f.name) for f in dataclasses.fields(cfg))
+            if isinstance(s, ModeSection)]

@@ -1,9 +1,9 @@
 """Outputs over a DistGraph: exact layer-wise inference, or sampled inference for plug-in models;
-the accuracy evaluation reports and the per-node outputs ``python -m predict`` exports."""
+the task's evaluation metrics and the per-node outputs ``python -m predict`` exports."""
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
+from typing import Any, Optional
 
 import dgl
 import torch
@@ -14,6 +14,7 @@ from torch import nn
 from dsgraph import dist
 from dsgraph.errors import DataError
 from dsgraph.models.gnn import capture_layer_input
+from dsgraph.tasks import Task
 
 # Rows per pull when one trainer reads a whole DistTensor (bounds each RPC message).
 _READ_ROWS = 1 << 16
@@ -107,29 +108,32 @@ def node_outputs(model: nn.Module, g, rank: int, layerwise: bool, fanouts: list[
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, g, nodes: dict[str, torch.Tensor], layerwise: bool,
-             fanouts: list[int], batch_size: int) -> dict[str, float]:
-    """``<split>_acc`` of every split in ``nodes`` (this rank's share), counts summed over ranks.
+def split_metrics(model: nn.Module, g, task: Task, nodes: dict[str, torch.Tensor],
+                  layerwise: bool, fanouts: list[int], batch_size: int) -> dict[str, Any]:
+    """The task's ``<split>_<metric>`` of every split in ``nodes`` (this rank's share), sums
+    added over ranks.
 
     ``layerwise`` uses :func:`layerwise_outputs` (exact); otherwise each split is sampled with
     ``fanouts``, as in training.
     """
-
-    counts: list[float] = []
+    sums: list[float] = []
     if layerwise:
         logits = layerwise_outputs(model, g, batch_size)[0]
         for ids in nodes.values():
-            counts += [float((logits[ids].argmax(1) == g.ndata["label"][ids]).sum()), ids.numel()]
+            sums += task.metric_sums(logits[ids], g.ndata["label"][ids])
     else:
         sampler = dgl.dataloading.NeighborSampler(fanouts)
         for ids in nodes.values():
             loader = dgl.dataloading.DistNodeDataLoader(g, ids, sampler, batch_size=batch_size)
-            correct = seen = 0
+            split = [0.0] * task.num_sums
             for input_nodes, seeds, blocks in loader:
                 out = model(blocks, g.ndata["feat"][input_nodes])
-                correct += int((out.argmax(1) == g.ndata["label"][seeds]).sum())
-                seen += seeds.numel()
-            counts += [correct, seen]
-    total = dist.all_sum(counts)
-    return {f"{name}_acc": total[2 * i] / max(total[2 * i + 1], 1.0)
-            for i, name in enumerate(nodes)}
+                got = task.metric_sums(out, g.ndata["label"][seeds])
+                split = [a + b for a, b in zip(split, got)]
+            sums += split
+    total = dist.all_sum(sums)
+    k = task.num_sums
+    out: dict[str, Any] = {}
+    for i, name in enumerate(nodes):
+        out.update(task.metrics(total[i * k:(i + 1) * k], name))
+    return out

@@ -47,6 +47,12 @@ def build_model(name: str, in_feats: int, num_classes: int, args: dict[str, Any]
                           f"{_one_line(exc)}") from None
 
 
+def probe_model(name: str, args: dict[str, Any]) -> nn.Module:
+    """The model built at toy widths, for launcher-side checks of its structure (layer count,
+    output layer, supported layers) before any process starts; the widths do not matter."""
+    return build_model(name, 4, 2, args)
+
+
 def _one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` of a user's exception."""
     lines = str(exc).strip().splitlines()

@@ -1,5 +1,6 @@
-"""DS-MPNN steps shared by the trainer, tests and benchmark: decomposed forward, training epoch,
-full-field inference and metrics. Works for one worker (no torch.distributed needed) or many."""
+"""DS-MPNN steps shared by the trainer, tests and benchmark: decomposed forward, training epoch
+and full-field inference (the loss and metrics: :mod:`dsgraph.tasks.regression`). Works for one
+worker (no torch.distributed needed) or many."""
 from __future__ import annotations
 
 import time
@@ -12,8 +13,12 @@ import torch
 from dsgraph import dist
 from dsgraph.physics import sampling
 from dsgraph.physics.decompose import bisection, decompose
-from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
+from dsgraph.physics.fields import FieldData, FieldSet
 from dsgraph.physics.halo import HaloExchange, LocalPlan, exchange, make_plan
+from dsgraph.tasks import Task
+from dsgraph.tasks.regression import FieldRegression
+
+FIELD_REGRESSION = FieldRegression()  # DS-MPNN's task unless a strategy passes its own
 
 
 def local_graph(fs: FieldSet, i: int, nodes: np.ndarray | None, ph, coef_cols: slice,
@@ -55,11 +60,12 @@ def local_forward(model: torch.nn.Module, sg: sampling.SampledGraph, plan: Local
     return model(g, x, ef, exchange=exchange(plan, exchange_fn))
 
 
-def local_loss(pred: torch.Tensor, target: np.ndarray, plan: LocalPlan) -> torch.Tensor:
-    """Squared error over owned rows divided by the GLOBAL element count: summing the workers'
-    losses gives the mean squared error of the whole sampled graph."""
+def local_loss(pred: torch.Tensor, target: np.ndarray, plan: LocalPlan,
+               task: Task = FIELD_REGRESSION) -> torch.Tensor:
+    """The task's loss summed over owned rows, divided by the GLOBAL element count: summing the
+    workers' losses gives the mean loss (squared error) of the whole sampled graph."""
     y = torch.from_numpy(target[plan.owned]).to(pred.dtype)
-    return ((pred[:plan.num_owned] - y) ** 2).sum() / (plan.global_owned * y.shape[1])
+    return task.loss(pred[:plan.num_owned], y, "sum") / (plan.global_owned * y.shape[1])
 
 
 def batches(order: np.ndarray, size: int) -> list[np.ndarray]:
@@ -70,7 +76,8 @@ def batches(order: np.ndarray, size: int) -> list[np.ndarray]:
 def train_epoch(model: torch.nn.Module, step: Callable[[torch.Tensor, dict], None],
                 data: FieldData, ph, seed: int, epoch: int, rank: int = 0, world: int = 1,
                 dtype: torch.dtype = torch.float32, timers: dict[str, float] | None = None,
-                advance: Callable[[float], None] | None = None) -> float:
+                advance: Callable[[float], None] | None = None,
+                task: Task = FIELD_REGRESSION) -> float:
     """One pass over the training samples (one freshly sampled graph each); mean train MSE.
 
     Samples go ``ph.batch_fields`` at a time (default 1) into one optimizer step whose loss is
@@ -82,7 +89,7 @@ def train_epoch(model: torch.nn.Module, step: Callable[[torch.Tensor, dict], Non
     without the halo exchanges), ``halo_s`` (exchanges, waiting for the peer included),
     ``allreduce_s`` (with the gradient clipping), ``step_s`` (optimizer) and ``cpu_s`` (CPU
     time this process got: below the wall time when other jobs share the cores).
-    ``advance(loss)`` is called after every step (a progress bar).
+    ``advance(loss)`` is called after every step (a progress bar); ``task`` gives the loss.
     """
     model.train()
     fs = data.train
@@ -101,7 +108,7 @@ def train_epoch(model: torch.nn.Module, step: Callable[[torch.Tensor, dict], Non
             sg, plan = local_graph(fs, int(i), None, ph, data.coef_cols, rng, rank, world, seed)
             t1 = time.perf_counter()
             pred = local_forward(model, sg, plan, dtype)
-            losses.append(local_loss(pred, fs.y[i][sg.nodes], plan))
+            losses.append(local_loss(pred, fs.y[i][sg.nodes], plan, task))
             plans.append(plan)
             t["graph_s"] += t1 - t0
             t["compute_s"] += time.perf_counter() - t1
@@ -135,16 +142,3 @@ def predict(model: torch.nn.Module, data: FieldData, fs: FieldSet, ph, seed: int
                 acc[sg.nodes[plan.owned]] += pred.double().numpy()
         out[i] = dist.all_sum_(torch.from_numpy(acc)).numpy() / repeats
     return out
-
-
-def metrics(pred: np.ndarray, fs: FieldSet, y_norm: Normalizer,
-            prefix: str = "test") -> dict[str, float]:
-    """``<prefix>_rmse`` (standardized target units, all channels) and ``<prefix>_rel_l2``
-    (mean over samples of ||pred - u|| / ||u|| in physical units)."""
-    rmse = float(np.sqrt(np.mean((pred - fs.y) ** 2)))
-    phys = y_norm.decode(pred)
-    err = np.linalg.norm((phys - fs.y_raw).reshape(len(fs), -1), axis=1)
-    ref = np.linalg.norm(fs.y_raw.reshape(len(fs), -1), axis=1)
-    # A zero solution field has no relative error; it counts by its absolute one.
-    return {f"{prefix}_rmse": rmse,
-            f"{prefix}_rel_l2": float(np.mean(err / np.where(ref > 0, ref, 1.0)))}

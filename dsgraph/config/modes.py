@@ -1,0 +1,162 @@
+"""The sections only one training mode reads, each declaring its mode, the datasets it trains
+on, its process counts and its cross-field rules (:class:`ModeSection`).
+
+A new mode adds its section here (and a field of :class:`~dsgraph.config.sections.Config`);
+:mod:`dsgraph.config.checks` runs the rules of the section whose ``MODE`` is ``train.mode``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Optional
+
+from dsgraph.config.fields import opt
+from dsgraph.errors import ConfigError
+
+GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
+FIELD_DATASETS = ("darcy", "airfoil", "fields")
+
+
+class ModeSection:
+    """What a mode's section declares besides its fields (``cfg`` is the whole Config)."""
+
+    MODE: ClassVar[str]  # the train.mode value this section configures
+    DATASETS: ClassVar[tuple[str, ...]]  # dataset.name values the mode trains on
+    TASKS: ClassVar[tuple[str, ...]] = ("node_classification",)  # train.task values; first: auto
+
+    def num_machines(self, cfg: Any) -> int:
+        """Hosts of the job (lines of ``cluster.ip_config``): one per partition by default."""
+        return cfg.partition.num_parts
+
+    def num_workers(self, cfg: Any) -> int:
+        """Training processes of the job: one per machine by default."""
+        return self.num_machines(cfg)
+
+    def check(self, cfg: Any) -> None:
+        """Raise a one-line ConfigError for a combination only this mode rules out."""
+
+
+@dataclass
+class SampledConfig(ModeSection):
+    """``train.mode: sampled``: mini-batches drawn by DGL's neighbour sampler over DistGraph."""
+
+    MODE: ClassVar[str] = "sampled"
+    DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
+
+    batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1)
+    fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
+                        factory=lambda: [10, 25], item_ge=1)
+    eval: Literal["layerwise", "sampled"] = opt(
+        "layerwise", "`layerwise` (exact full-neighbour inference, needs `forward_layer`) or "
+                     "`sampled` (with `fanouts`)")
+    eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1)
+    cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
+                                 "and serves them locally")
+    remote_cache_mb: float = opt(256.0, "MiB per trainer for feature rows beyond the halo owned "
+                                        "by other partitions, pulled once at start: the nodes "
+                                        "with the most out-edges first (0 = halo only)", ge=0)
+    rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
+                                     "partition at a time and rebuild them in backward (SAR-style)")
+    remat_layers: int = opt(1, "with `rematerialize`: the leading layers that run that way; the "
+                               "first over fetched features, later ones over the previous "
+                               "layer's output in groups of `seqagg.chunk_rows` rows (raise it "
+                               "when a later layer's backward sets the peak, as GAT's second)",
+                            ge=1)
+    copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
+                                        "next to the remote cache, so a batch's rows are one "
+                                        "gather from one table (costs the partition's feature "
+                                        "bytes once more per trainer)")
+    prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
+                           "the one training (0 = none: with the remote cache little RPC is left "
+                           "to hide; off with `rematerialize`, whose forward reads rows itself, "
+                           "and with sampler processes)", ge=0)
+    seed_split: Literal["even", "owned"] = opt(
+        "even", "training seeds per trainer: `even` (DGL's `node_split`: equal counts, topped "
+                "up with nodes of other partitions) or `owned` (the trainer's partition's own "
+                "nodes only, so their neighbourhoods stay local; counts may differ)")
+    local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
+                                      "in full (inner nodes, and halo nodes with `partition."
+                                      "halo_hops: 2`) locally; only the rest over RPC")
+
+    def num_workers(self, cfg: Any) -> int:
+        """Trainers: ``cluster.trainers_per_machine`` on each partition's machine."""
+        return cfg.partition.num_parts * cfg.cluster.trainers_per_machine
+
+    def check(self, cfg: Any) -> None:
+        """DistGraph serves float32; at most one rematerialized layer per fanout."""
+        if cfg.train.dtype != "float32":
+            raise ConfigError(f"{cfg.source}: train.dtype: expected 'float32' for train.mode "
+                              f"'sampled' (DistGraph serves float32 features), got "
+                              f"{cfg.train.dtype!r}")
+        if self.rematerialize and self.remat_layers > len(self.fanouts):
+            raise ConfigError(f"{cfg.source}: sampled.remat_layers: expected at most one per "
+                              f"layer ({len(self.fanouts)} fanouts), got {self.remat_layers}")
+
+
+@dataclass
+class SarConfig(ModeSection):
+    """``train.mode: sar``: full-batch sequential aggregation and rematerialization."""
+
+    MODE: ClassVar[str] = "sar"
+    DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
+
+    mode: Literal["sar", "sa", "one_shot"] = opt(
+        "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "
+               "parts), `one_shot` (all halo rows at once)")
+    prefetch: bool = opt(False, "post the next ring round's transfers before aggregating this "
+                                "one (one more remote block alive)")
+    rebuild_inputs: bool = opt(True, "`sar` mode: an aggregate of the input features that a layer "
+                                     "saves for backward (SAGE mean with in_feats <= out_feats) "
+                                     "is computed again in backward instead of kept: one "
+                                     "destination-sized tensor less through every later peak, "
+                                     "one more ring at the input width")
+
+
+@dataclass
+class PhysicsConfig(ModeSection):
+    """``train.mode: dsmpnn``: physics data, graph sampling and domain decomposition."""
+
+    MODE: ClassVar[str] = "dsmpnn"
+    DATASETS: ClassVar[tuple[str, ...]] = FIELD_DATASETS
+    TASKS: ClassVar[tuple[str, ...]] = ("field_regression",)
+
+    resolution: int = opt(64, "Darcy grid nodes per side", ge=8, le=421)
+    test_resolution: Optional[int] = opt(None, "Darcy: also test on `test_samples` fields at "
+                                               "this grid size (`transfer_rmse`, "
+                                               "`transfer_rel_l2`)", ge=8, le=421)
+    train_samples: int = opt(100, "training fields (`darcy`, `airfoil`)", ge=1)
+    test_samples: int = opt(20, "test fields (`darcy`, `airfoil`)", ge=1)
+    points: int = opt(5000, "airfoil points per field", ge=100)
+    test_points: Optional[int] = opt(None, "airfoil: also test on `test_samples` fields of "
+                                           "this many points (`transfer_rmse`, "
+                                           "`transfer_rel_l2`)", ge=100)
+    batch_fields: int = opt(1, "fields per optimizer step (their gradients averaged)", ge=1)
+    sampled_nodes: int = opt(1000, "s: nodes drawn per field (resampled every epoch)", ge=2)
+    radius: float = opt(0.1, "neighbourhood radius (dataset coordinates)", gt=0)
+    max_edges: int = opt(16, "n_e: cap on incoming edges per node", ge=1)
+    workers: int = opt(1, "P: subdomains, one worker process each", ge=1)
+    decomposition: Literal["bisection", "metis"] = opt("bisection", "how nodes are split into "
+                                                                    "subdomains")
+    gen_workers: int = opt(2, "processes generating the dataset", ge=1)
+    infer_repeats: int = opt(2, "full-field inference: random covers averaged", ge=1)
+    infer_passes: int = opt(1, "evaluation predicts the test fields this many times; "
+                               "`infer_s` is the median pass (steadier timings)", ge=1)
+
+    def num_machines(self, cfg: Any) -> int:
+        """One host (and one worker) per subdomain."""
+        return self.workers
+
+    def check(self, cfg: Any) -> None:
+        """Every subdomain gets at least one sampled node."""
+        if self.sampled_nodes < self.workers:
+            raise ConfigError(f"{cfg.source}: physics.sampled_nodes: expected >= physics.workers "
+                              f"({self.workers}), got {self.sampled_nodes}")
+
+
+@dataclass
+class SeqaggConfig:
+    """The sequential-aggregation core shared by ``sar`` and ``sampled.rematerialize``."""
+
+    chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (`sar`, "
+                             "where remote rows also move in pieces of this many rows, and "
+                             "`sampled.rematerialize`, where it also bounds the destination rows "
+                             "of each output run); 0 = a whole group at once", ge=0)
