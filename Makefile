@@ -6,7 +6,7 @@ CONFIG ?= configs/default.yaml
 # The install stamp is keyed on the dependency list: editing setup.cfg reinstalls, nothing else does.
 STAMP := $(VENV)/.stamp-$(shell sha1sum setup.cfg pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: install partition train demo bench test clean
+.PHONY: install partition train demo bench test test-fast clean
 
 install: $(STAMP)
 
@@ -31,8 +31,14 @@ demo: install
 bench: install
 	$(BIN)/python -m benchmarks all $(ARGS)
 
+# `make test` runs every test: the unit tests and every multi-process job.
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+# `make test-fast` leaves out the tests marked `slow` (which, see tests/dist/conftest.py): the unit
+# tests and one end-to-end job per train mode (sampled, sar, dsmpnn) remain, a check while working.
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" $(ARGS)
 
 clean:
 	rm -rf $(VENV) data runs partitions .pytest_cache *.egg-info

@@ -1,9 +1,11 @@
 """Benchmark reports: environment capture, medians of repeats, and json/md/png output.
 
-Each benchmark module ``benchmarks/<name>.py`` defines ``run(quick: bool) -> Path``, a
-:class:`View` ``VIEW`` (how its JSON records become the table rows, notes and figure) and
-``render(quick: bool = False) -> Path``, which redraws NAME.md and NAME.png from the saved
-NAME.json without measuring anything. The table and the figure come from the same rows
+Each benchmark, a module ``benchmarks/<name>.py`` or a package ``benchmarks/<name>/`` (settings,
+job running, measurement and report in modules of their own), exposes ``run(quick: bool) ->
+Path``, a :class:`View` ``VIEW`` (how its JSON records become the table rows, notes and figure)
+and ``render(quick: bool = False) -> Path``, which redraws NAME.md and NAME.png from the saved
+NAME.json without measuring anything. Real training jobs go through :mod:`benchmarks.jobs`,
+memory readings follow :mod:`benchmarks.memory`. The table and the figure come from the same rows
 (``VIEW.rows(records)``); every value the figure draws is tagged with its row's key and column,
 so :func:`plotted_values` can read back what was drawn (tests compare it with the table).
 Paragraphs written by hand after a run live in ``NAME.notes.md`` beside the report, whose first
@@ -234,7 +236,7 @@ def render(payload: dict, view: View, out: Path, figure_too: bool = True) -> Pat
     JSON payload; return ``out``."""
     env = payload["env"]
     rows = view.rows(payload["records"])
-    notes = view.notes(payload) if view.notes is not None else payload.get("notes", [])
+    notes = view.notes(payload) if view.notes is not None else []
     table = markdown_table(rows, view.columns)
     md = [f"# {view.title}", "",
           f"{'Quick (CI-size)' if payload['quick'] else 'Full'} run, {env['date']}; "

@@ -47,10 +47,10 @@ def measure(spec: dict) -> dict:
     """(Worker side) partition one graph with one method; return cut, balance, time and memory."""
     import dgl
 
+    from benchmarks import memory
     from dsgraph.config import DatasetConfig
     from dsgraph.data import load_graph
     from dsgraph.partition import orig_ids, partition_graph
-    from dsgraph.procstats import peak_rss_mb, rss_mb
 
     # Library imports happen before the clock starts for both sides (``import dgl`` already
     # loaded DGL's partitioner): the timed part is partitioning + writing only.
@@ -63,7 +63,8 @@ def measure(spec: dict) -> dict:
     g = load_graph(DatasetConfig(**spec["dataset"]))
     for key in MASKS:  # the on-disk cache may hand back uint8 masks; both methods get bool
         g.ndata[key] = g.ndata[key].bool()
-    loaded_mb = rss_mb()
+    # no reset: peak_rss_mb is the whole process's peak, the loaded graph included
+    loaded = memory.mark(reset=False)
     out = Path(spec["out"])
     method, parts = spec["method"], spec["num_parts"]
     t0 = time.perf_counter()
@@ -78,7 +79,7 @@ def measure(spec: dict) -> dict:
         part_json = partition_graph(g, parts, out, method=ours, seed=0)
         wall = time.perf_counter() - t0
         orig = orig_ids(part_json)
-    peak = peak_rss_mb()
+    peak = loaded.peak_mb()
     # Assignment over original ids: new ids [a, b) of node_map row k belong to part k.
     ranges = json.loads(part_json.read_text())["node_map"]["_N"]
     orig = orig.numpy()
@@ -93,7 +94,7 @@ def measure(spec: dict) -> dict:
     return {"edge_cut": cut, "edge_cut_ratio": cut / g.num_edges(),
             "node_balance": float(counts.max() / counts.mean()),
             "train_balance": float(trains.max() / trains.mean()),
-            "wall_s": wall, "peak_rss_mb": peak, "partition_mb": peak - loaded_mb,
+            "wall_s": wall, "peak_rss_mb": peak, "partition_mb": peak - loaded.rss_mb,
             "written_mb": written / 2**20, "nodes": g.num_nodes(), "edges": g.num_edges()}
 
 

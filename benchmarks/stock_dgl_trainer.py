@@ -1,4 +1,4 @@
-"""Stock DistDGL trainer: the "stock DGL" anchor of the sampled benchmark (benchmarks/sampled.py).
+"""Stock DistDGL trainer: the "stock DGL" anchor of the sampled benchmark (benchmarks/sampled/).
 
 It follows the logic of DGL's own distributed GraphSAGE example
 (examples/distributed/graphsage/node_classification.py in dmlc/dgl) and contains no dsgraph

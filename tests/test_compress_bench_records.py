@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sampled_remat import VIEW, add_ratios, combine, job_figures, table_rows
+from benchmarks.sampled_remat.records import add_ratios, combine, job_figures
+from benchmarks.sampled_remat.report import VIEW, table_rows
 
 
 def _summary(acts: list[list[float]], times: list[list[float]], test_acc: float) -> dict:

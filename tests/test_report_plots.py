@@ -143,14 +143,16 @@ def test_dsmpnn_rerun_of_one_dataset_carries_the_others_from_the_saved_report(tm
     """``--datasets airfoil``: the Darcy rows, capacity check and settings come from the saved
     report, and the notes name the run they come from; a second carry keeps that run's date."""
     from benchmarks import dsmpnn
+    from benchmarks.dsmpnn.settings import FULL
+    from benchmarks.dsmpnn.sweep import _carry
 
     committed = _committed("dsmpnn", monkeypatch)
     committed.pop("carried", None)  # as a run of every dataset saves it
     monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
     (tmp_path / "dsmpnn.json").write_text(json.dumps(committed))
     report = harness.Report(dsmpnn.VIEW, quick=False)
-    report.extra["settings"] = {"airfoil": dsmpnn.FULL["airfoil"]}
-    dsmpnn._carry(report, False, ["darcy"])
+    report.extra["settings"] = {"airfoil": FULL["airfoil"]}
+    _carry(report, False, ["darcy"])
     darcy = [r for r in committed["records"] if r["dataset"] == "darcy"]
     assert darcy and report.records == darcy
     assert report.extra["carried"] == {"darcy": committed["env"]["date"]}
@@ -163,11 +165,11 @@ def test_dsmpnn_rerun_of_one_dataset_carries_the_others_from_the_saved_report(tm
     (tmp_path / "dsmpnn.json").write_text(json.dumps(again))
     report = harness.Report(dsmpnn.VIEW, quick=False)
     report.extra["settings"] = {}
-    dsmpnn._carry(report, False, ["darcy"])
+    _carry(report, False, ["darcy"])
     assert report.extra["carried"] == {"darcy": "2026-01-01T00:00:00"}
     (tmp_path / "dsmpnn.json").write_text(json.dumps(dict(committed, records=[])))
     with pytest.raises(UserError, match="dsmpnn.json: no darcy records to carry"):
-        dsmpnn._carry(harness.Report(dsmpnn.VIEW, quick=False), False, ["darcy"])
+        _carry(harness.Report(dsmpnn.VIEW, quick=False), False, ["darcy"])
 
 
 def test_datasets_option_is_refused_where_it_means_nothing(tmp_path, monkeypatch, capsys):
@@ -186,7 +188,7 @@ def test_datasets_option_is_refused_where_it_means_nothing(tmp_path, monkeypatch
 def test_dsmpnn_parity_verdict_is_the_mean_over_training_seeds():
     """One seed 2.5% apart fails alone; over three seeds the means are 0.5% apart and the note
     says so, quoting every seed's gap and both inference passes' times."""
-    from benchmarks import dsmpnn
+    from benchmarks.dsmpnn import report as dsmpnn
 
     def row(p, rmse, infer):
         return {"dataset": "airfoil", "sweep": "workers", "workers": p, "test_rmse": rmse,
@@ -210,7 +212,7 @@ def test_dsmpnn_parity_verdict_is_the_mean_over_training_seeds():
 def test_dsmpnn_job_pool_gives_a_two_worker_job_both_cores(tmp_path):
     """Two 1-worker jobs share the two slots; the 2-worker job after them runs alone; a job
     whose folder holds a metrics.json is skipped; a failing job raises with its log."""
-    from benchmarks import dsmpnn
+    from benchmarks.dsmpnn.runner import run_cmds
 
     def job(name, cores, fail=False):
         code = (f"import time; open({str(tmp_path / name)!r}, 'w').write("
@@ -222,10 +224,10 @@ def test_dsmpnn_job_pool_gives_a_two_worker_job_both_cores(tmp_path):
     done = tmp_path / "runs" / "done"
     done.mkdir(parents=True)
     (done / "metrics.json").write_text("{}")
-    dsmpnn._run_cmds([job("a", 1), job("b", 1), job("c", 2), job("done", 1)], slots=2)
+    run_cmds([job("a", 1), job("b", 1), job("c", 2), job("done", 1)], slots=2)
     span = {n: [float(v) for v in (tmp_path / n).read_text().split()] for n in "abc"}
     assert span["a"][0] < span["b"][1] and span["b"][0] < span["a"][1]  # overlapped
     assert span["c"][0] >= max(span["a"][1], span["b"][1])  # alone, after both
     assert not (tmp_path / "done").exists()
     with pytest.raises(RuntimeError, match="(?s)run bad failed:.*boom"):
-        dsmpnn._run_cmds([job("bad", 1, fail=True)], slots=2)
+        run_cmds([job("bad", 1, fail=True)], slots=2)

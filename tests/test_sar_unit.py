@@ -39,7 +39,7 @@ def test_sar_config_section_validates(tmp_path):
 
 
 def test_sum_to_reduces_broadcast_dims():
-    from dsgraph.sar.ops import _sum_to
+    from dsgraph.seqagg.kernels import sum_to as _sum_to
     t = torch.ones(5, 4, 3)
     assert _sum_to(t, (7, 4, 1)).shape == (5, 4, 1)
     assert torch.equal(_sum_to(t, (7, 4, 1)), torch.full((5, 4, 1), 3.0))

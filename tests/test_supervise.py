@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from benchmarks.reliability import default_sigint
+from benchmarks.faults import default_sigint
 from dsgraph.cluster import shm
 from dsgraph.cluster.spec import read_ip_config
 from dsgraph.cluster.supervise import Supervisor

@@ -4,7 +4,7 @@ Each trainer reads its partition's nodes from shared memory and, from a local ca
 partition's halo rows (``sampled.cache_halo``) and the most-connected remote rows that fit
 ``sampled.remote_cache_mb``; the rest travels over RPC. With ``sampled.rematerialize``
 the first block's sources are pulled and aggregated one owning partition at a time and rebuilt
-in backward (:mod:`dsgraph.seqagg.sampled`, chunks of ``seqagg.chunk_rows`` rows). With
+in backward (:mod:`dsgraph.remat`, chunks of ``seqagg.chunk_rows`` rows). With
 ``sampled.local_sampling`` every frontier node whose in-edges the trainer's partition graph stores
 in full is sampled there, without RPC (:mod:`dsgraph.distgraph.local_sampler`); with
 ``sampled.prefetch`` a thread samples and reads the next batches while one trains
@@ -40,7 +40,7 @@ from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import layer_count
 from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
-from dsgraph.seqagg import sampled as remat
+from dsgraph import remat
 from dsgraph.trainer import Strategy, Trainer
 
 

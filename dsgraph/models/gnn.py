@@ -91,7 +91,7 @@ class LeanGraphConv(dglnn.GraphConv):
     both of those, the product and the scaled output). The same steps as one chain of
     temporaries free each one as the next exists: three are alive at most, plus what autograd
     saves (with INT2-compressed saves, that forward transient is a GCN step's peak:
-    benchmarks/compression.py). Same parameters, same result to rounding
+    the compression benchmark). Same parameters, same result to rounding
     (tests/test_models.py). Other graph views (full-batch SAR, rematerialized blocks) and
     calls with edge weights or a (src, dst) pair run GraphConv's own forward.
     """

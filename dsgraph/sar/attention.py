@@ -14,10 +14,11 @@ chunks of ``chunk_rows`` rows): pass 1 accumulates ``D`` (N x heads), pass 2 com
 part's ``ft`` and ``el`` rows (returned to their owner) and of the local ``er``. That is one
 more fetch than a saved output would need, traded for an N x heads x F tensor per layer.
 
-``gat_forward`` replaces ``GATConv.forward`` on a model's instances (see
-``dsgraph.sar.model.prepare_model``); it runs this op only on a SAR graph in ``sar`` mode with
-remote rows, and defers to DGL's own forward everywhere else (plain graphs, ``sa`` and
-``one_shot`` modes, edge weights, attention dropout in training, ``get_attention``).
+``gat_forward`` replaces ``GATConv.forward`` on a model's instances (declared in
+``dsgraph.seqagg.layers.FORWARDS``, installed by ``dsgraph.sar.model.prepare_model``); it runs
+this op only on a SAR graph in ``sar`` mode with remote rows, and defers to DGL's own forward
+everywhere else (plain graphs, ``sa`` and ``one_shot`` modes, edge weights, attention dropout
+in training, ``get_attention``).
 """
 from __future__ import annotations
 
@@ -110,15 +111,15 @@ def _fallback(conv, graph, feat, edge_weight, get_attention) -> bool:
             or not fusable(conv))
 
 
-def gat_forward(conv, graph, feat, edge_weight=None, get_attention=False):
+def gat_forward(conv, prev, graph, feat, edge_weight=None, get_attention=False):
     """``dgl.nn.GATConv.forward`` with the attention and aggregation done by ``GatAttention``
     (through the shared adapter :func:`dsgraph.seqagg.gat.gat_fused`).
 
-    Same computation, parameters and RNG use as DGL 2.1's forward; anything else goes to DGL's
-    forward.
+    Same computation, parameters and RNG use as DGL 2.1's forward; anything else goes to
+    ``prev``, the layer's forward before patching (DGL's).
     """
     if _fallback(conv, graph, feat, edge_weight, get_attention):
-        return type(conv).forward(conv, graph, feat, edge_weight, get_attention)
+        return prev(graph, feat, edge_weight, get_attention)
     if not conv._allow_zero_in_degree and bool((graph.in_degrees() == 0).any()):
         raise DGLError("There are 0-in-degree nodes in the graph, output for those nodes will "
                        "be invalid. Setting ``allow_zero_in_degree`` to be `True` when "

@@ -2,7 +2,7 @@
 
 Whole parts: every worker calls the same aggregations in the same order, so message tags come
 from a counter that advances identically on all ranks; gloo matches a send to a receive by
-(peer, tag). Pieces (``sar.chunk_rows`` > 0): each ring round moves its rows in pieces of at
+(peer, tag). Pieces (``seqagg.chunk_rows`` > 0): each ring round moves its rows in pieces of at
 most ``chunk_rows`` rows, one all-to-all per piece (:func:`dsgraph.dist.exchange_rows`), so only
 a piece of a remote part, not the part, is alive at a time; every worker makes the same number
 of exchanges per round (the largest piece count of any worker's round, :func:`ring_pieces`).

@@ -5,16 +5,16 @@ Nodes are this worker's own nodes (a homogeneous graph: ``srcdata`` is ``dstdata
 ``update_all``/``apply_edges`` that read source features run through the SAR ring (or the
 one-shot halo fetch); everything else (edge softmax, copy_e reductions) is local, because every
 in-edge of a node lives with the node. With nothing remote anywhere the calls go straight to
-DGL on the local graph: no copies, no custom autograd.
+DGL on the local graph: no copies, no custom autograd. The DGLGraph surface itself is the
+shared :class:`dsgraph.seqagg.view.GraphView`.
 
-Layers known to work: GraphConv, SAGEConv (mean, gcn, pool), GATConv (``edge_softmax`` reads
+Layers: those of :mod:`dsgraph.seqagg.layers` (GATConv's ``edge_softmax`` reads
 ``graph._graph``, which is the local block's graph index; in ``sar`` mode a model prepared by
 ``dsgraph.sar.model.prepare_model`` runs GATConv's attention as one fused op instead, see
-``dsgraph.sar.attention``). See ``dsgraph.sar.model``.
+``dsgraph.sar.attention``).
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Optional
 
 import dgl
@@ -22,11 +22,11 @@ import dgl.function as fn
 import torch
 from dgl.base import is_all
 
-from dsgraph.errors import UserError
-from dsgraph.sar.ops import HaloFetch, OpSpec, Runtime, ShardOp
+from dsgraph.sar.ops import HaloFetch, Runtime, ShardOp
+from dsgraph.sar.shard import OpSpec
+from dsgraph.seqagg.view import GraphView
 
 _TARGET = {0: "u", 1: "v", 2: "e"}
-_REDUCERS = ("sum", "mean", "max", "min")
 _SPMM_OPS = ("add", "sub", "mul", "div")
 
 
@@ -35,40 +35,17 @@ def _zero_inf(t: torch.Tensor, red: str) -> torch.Tensor:
     return t.masked_fill(torch.isinf(t), 0.0) if red in ("max", "min") else t
 
 
-class UnsupportedGraphOp(UserError, AttributeError):
-    """A layer used a DGLGraph feature SAR graphs do not provide (``hasattr`` sees False)."""
-
-
-class SarGraph:
+class SarGraph(GraphView):
     """The graph one SAR worker hands to its model (see module docstring)."""
 
-    is_block = False
+    label = "SAR graphs"
 
     def __init__(self, rt: Runtime) -> None:
+        super().__init__(homogeneous=True)
         self._rt = rt
         self._plan = rt.plan
-        self._ndata: dict[str, torch.Tensor] = {}
-        self._edata: dict[str, torch.Tensor] = {}
 
-    # --- DGLGraph surface used by dgl.nn layers ------------------------------------------------
-
-    @property
-    def ndata(self) -> dict:
-        """Node data of the local nodes (also ``srcdata`` and ``dstdata``)."""
-        return self._ndata
-
-    srcdata = ndata
-    dstdata = ndata
-
-    @property
-    def edata(self) -> dict:
-        """Data of local edges, in local edge order."""
-        return self._edata
-
-    @property
-    def device(self) -> torch.device:
-        """Always the CPU."""
-        return torch.device("cpu")
+    ndata = GraphView.srcdata
 
     @property
     def idtype(self) -> torch.dtype:
@@ -82,74 +59,42 @@ class SarGraph:
         return self._plan.local_block()._graph
 
     def num_nodes(self, ntype: Optional[str] = None) -> int:
-        """Number of local nodes."""
+        """Number of local nodes (sources and destinations alike)."""
         return self._plan.num_local
 
-    number_of_nodes = num_src_nodes = number_of_src_nodes = num_nodes
-    num_dst_nodes = number_of_dst_nodes = num_nodes
+    number_of_nodes = num_nodes
 
-    def num_edges(self, etype: Optional[str] = None) -> int:
-        """Number of local edges (the in-edges of local nodes)."""
-        return self._plan.num_edges
+    def _counts(self) -> tuple[int, int, int]:
+        n = self._plan.num_local
+        return n, n, self._plan.num_edges
 
-    number_of_edges = num_edges
+    def _degrees(self, out: bool) -> torch.Tensor:
+        # global degrees: all of a node's in-edges are local; out-degrees were summed over
+        # every part at set-up
+        return self._plan.out_degrees if out else self._plan.in_degrees
 
-    def in_degrees(self, v: Any = None) -> torch.Tensor:
-        """Global in-degree of local nodes (all of a node's in-edges are local)."""
-        d = self._plan.in_degrees
-        return d if v is None else d[torch.as_tensor(v, dtype=torch.int64)]
+    def _fold(self, u: torch.Tensor, reduce: str) -> torch.Tensor:
+        return self._spmm("copy_lhs", reduce, u, None)
 
-    def out_degrees(self, u: Any = None) -> torch.Tensor:
-        """Global out-degree of local nodes (summed over every part at set-up)."""
-        d = self._plan.out_degrees
-        return d if u is None else d[torch.as_tensor(u, dtype=torch.int64)]
-
-    @contextlib.contextmanager
-    def local_scope(self):
-        """Changes to node/edge data inside the block are discarded on exit (as in DGL)."""
-        saved = self._ndata, self._edata
-        self._ndata, self._edata = dict(saved[0]), dict(saved[1])
-        try:
-            yield
-        finally:
-            self._ndata, self._edata = saved
-
-    def update_all(self, message_func, reduce_func, apply_node_func=None) -> None:
-        """Builtin message + builtin reduce into ``dstdata[reduce_func.out_field]``."""
-        if apply_node_func is not None or not isinstance(reduce_func, fn.BuiltinFunction) \
-                or not isinstance(message_func, fn.BuiltinFunction):
-            raise UserError("SAR graphs support only dgl.function builtin message/reduce "
-                            "functions (no Python UDFs or apply_node_func); a layer passed "
-                            f"{message_func!r}, {reduce_func!r}")
-        red = reduce_func.name
-        if red not in _REDUCERS:
-            raise UserError(f"SAR graphs: unsupported reducer {red!r}; expected one of {_REDUCERS}")
-        if reduce_func.msg_field != message_func.out_field:
-            raise UserError(f"SAR graphs: reduce reads {reduce_func.msg_field!r} but the message "
-                            f"writes {message_func.out_field!r}")
-        name = message_func.name
-        if name == "copy_u":
-            out = self._spmm("copy_lhs", red, self._ndata[message_func.in_field], None)
-        elif name == "copy_e":
-            out = self._local_spmm("copy_rhs", red, None, self._edata[message_func.in_field])
-        else:
-            lhs, rhs, op = _TARGET[message_func.lhs], _TARGET[message_func.rhs], \
-                message_func.binary_op
-            lf, rf = message_func.lhs_field, message_func.rhs_field
-            if (lhs, rhs) == ("e", "u") and op in ("add", "mul"):  # commutative: swap sides
-                lhs, rhs, lf, rf = rhs, lhs, rf, lf
-            if (lhs, rhs) == ("u", "e") and op in _SPMM_OPS:
-                out = self._spmm(op, red, self._ndata[lf], self._edata[rf])
-            else:  # messages that read v (or dot): edge values first, then a local reduce
-                m = self._sddmm(op, lhs, rhs, lf, rf)
-                out = self._local_spmm("copy_rhs", red, None, m)
-        self._ndata[reduce_func.out_field] = out
+    def _fold_message(self, message_func, reduce: str) -> torch.Tensor:
+        if message_func.name == "copy_e":
+            return self._local_spmm("copy_rhs", reduce, None, self._edata[message_func.in_field])
+        lhs, rhs, op = _TARGET[message_func.lhs], _TARGET[message_func.rhs], \
+            message_func.binary_op
+        lf, rf = message_func.lhs_field, message_func.rhs_field
+        if (lhs, rhs) == ("e", "u") and op in ("add", "mul"):  # commutative: swap sides
+            lhs, rhs, lf, rf = rhs, lhs, rf, lf
+        if (lhs, rhs) == ("u", "e") and op in _SPMM_OPS:
+            return self._spmm(op, reduce, self._src[lf], self._edata[rf])
+        # messages that read v (or dot): edge values first, then a local reduce
+        m = self._sddmm(op, lhs, rhs, lf, rf)
+        return self._local_spmm("copy_rhs", reduce, None, m)
 
     def apply_edges(self, func, edges: Any = None, etype: Any = None) -> None:
         """Builtin edge function over all local edges into ``edata[func.out_field]``."""
         if edges is not None and not is_all(edges) or not isinstance(func, fn.BuiltinFunction):
-            raise UserError("SAR graphs support apply_edges only with a dgl.function builtin on "
-                            f"all edges; a layer passed {func!r}")
+            self._refuse(f"apply_edges only with a dgl.function builtin on all edges; a layer "
+                         f"passed {func!r}")
         if func.name == "copy_u":
             out = self._sddmm("copy_lhs", "u", "v", func.in_field, None)
         elif func.name == "copy_e":
@@ -162,14 +107,6 @@ class SarGraph:
     def fused_attention_ok(self) -> bool:
         """Whether GATConv should run the fused SAR attention (``sar`` mode, remote rows)."""
         return self._rt.mode == "sar" and self._plan.any_remote
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise UnsupportedGraphOp(
-            f"SAR graphs do not implement DGLGraph.{name}; the layer that called it is not "
-            "supported in full-batch SAR training (supported: GraphConv, SAGEConv "
-            "mean/gcn/pool, GATConv)")
 
     # --- dispatch ---------------------------------------------------------------------------
 
@@ -197,7 +134,7 @@ class SarGraph:
         def get(target: str, field: Optional[str]):
             if field is None:
                 return None
-            return self._edata[field] if target == "e" else self._ndata[field]
+            return self._edata[field] if target == "e" else self._src[field]
 
         a, b = get(lhs, lf), get(rhs, rf)
         uses_u = lhs == "u" or (b is not None and rhs == "u")

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Optional
 
 import torch
 
-from dsgraph.sar.ops import OpSpec, Runtime, ShardOp
+from dsgraph.sar.ops import Runtime, ShardOp
+from dsgraph.sar.shard import OpSpec
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ partition in sampled training) with the edges from them into the destination nod
 (:class:`dsgraph.seqagg.chunks.GroupGraph`). :mod:`dsgraph.seqagg.kernels` folds one group at a
 time into destination-sized state (sums, max/min with the winning chunk, GAT's online softmax)
 and computes each group's gradients in backward, in chunks of at most ``chunk_rows`` source rows,
-so no edge-sized intermediate covers more than one chunk. :mod:`dsgraph.seqagg.sampled` runs
-unmodified ``dgl.nn`` layers over sampled blocks one owning partition at a time.
+so no edge-sized intermediate covers more than one chunk. Both modes present their groups to
+unmodified ``dgl.nn`` layers through one graph view (:mod:`dsgraph.seqagg.view`) and run the
+same layers, patched in one declared place (:mod:`dsgraph.seqagg.layers`); sampled
+rematerialization itself is :mod:`dsgraph.remat`.
 """

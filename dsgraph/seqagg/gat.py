@@ -1,7 +1,7 @@
 """The one GATConv adapter: DGL 2.1's ``GATConv.forward`` with attention + aggregation fused.
 
 Full-batch SAR (``dsgraph.sar.attention``) and sampled rematerialization
-(``dsgraph.seqagg.sampled``) both run an unmodified ``dgl.nn.GATConv``'s parameters through
+(``dsgraph.remat``) both run an unmodified ``dgl.nn.GATConv``'s parameters through
 :func:`gat_fused`; they differ only in the ``attend`` callable that computes
 ``sum_j softmax_j(leaky_relu(el_j + er_i)) ft_j`` over their groups of source rows.
 """

@@ -44,10 +44,11 @@ def _edge_slice(e: Optional[torch.Tensor], gg: GroupGraph, a: int, b: int):
 class SpmmState:
     """Destination-sized state of one sum/mean/max/min aggregation over groups."""
 
-    def __init__(self, reduce: str) -> None:
+    def __init__(self, reduce: str, winner_dtype: torch.dtype = torch.int16) -> None:
         self.reduce = reduce
         self.acc: Optional[torch.Tensor] = None
         self.winner: Optional[torch.Tensor] = None  # max/min: id of the chunk that won
+        self.winner_dtype = winner_dtype
         self.next_id = 0  # the next chunk's id (max/min)
 
     @property
@@ -79,46 +80,58 @@ def spmm_fold(state: SpmmState, gg: GroupGraph, op: str, u: torch.Tensor,
                 state.acc.view(gg.num_dst, -1).addmm_(gg.matrix(a, b, u.dtype),
                                                       u[a - lo:b - lo].reshape(b - a, -1))
                 continue
-            p = dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum", u[a - lo:b - lo], None)
-            # the first partial becomes the state: no zeros allocated beside it
-            state.acc = p if state.acc is None else state.acc.add_(p)
+            fold_partial(state, dgl.ops.gspmm(gg.block(a, b), "copy_lhs", "sum",
+                                              u[a - lo:b - lo], None))
         return first
     for a, b, g in gg.chunks(chunk_rows, lo=lo, hi=hi):
         uc, ec = u[a - lo:b - lo], _edge_slice(e, gg, a, b)
         p = dgl.ops.gspmm(g, op, red, uc, None if op == "copy_lhs" else ec)
         if not state.minmax:
-            state.acc = p if state.acc is None else state.acc.add_(p)
+            fold_partial(state, p)
             continue
         cid = state.next_id
         state.next_id += 1
         if cid > MAX_CHUNKS:
-            raise ConfigError(f"sar.chunk_rows: more than {MAX_CHUNKS} chunks in one max/min "
-                              "aggregation; raise sar.chunk_rows")
-        has = gg.has_in_edge(a, b).view((-1,) + (1,) * (p.dim() - 1))
-        fill = float("-inf") if red == "max" else float("inf")
-        p = p.masked_fill(~has, fill)
-        if state.acc is None:
-            state.acc = p
-            state.winner = torch.full(p.shape, cid, dtype=torch.int16)
-        else:
-            better = p > state.acc if red == "max" else p < state.acc
-            state.acc = torch.where(better, p, state.acc)  # strict: the first chunk wins ties
-            state.winner.masked_fill_(better, cid)
+            raise ConfigError(f"seqagg.chunk_rows: more than {MAX_CHUNKS} chunks in one max/min "
+                              "aggregation; raise seqagg.chunk_rows")
+        fold_partial(state, p, gg.has_in_edge(a, b), cid)
         del p
     return first
 
 
+def fold_partial(state: SpmmState, p: torch.Tensor, has: Optional[torch.Tensor] = None,
+                 cid: int = 0) -> None:
+    """Fold ``p``, one chunk's (or group's) own aggregate, into ``state``: added, or for max/min
+    kept where it beats the state (``has``: which destinations it reaches; ``cid``: its id in
+    the winners). ``p`` may become the state itself."""
+    if not state.minmax:
+        # the first partial becomes the state: no zeros allocated beside it
+        state.acc = p if state.acc is None else state.acc.add_(p)
+        return
+    has = has.view((-1,) + (1,) * (p.dim() - 1))
+    p = p.masked_fill(~has, float("-inf") if state.reduce == "max" else float("inf"))
+    if state.acc is None:
+        state.acc = p
+        state.winner = torch.full(p.shape, cid, dtype=state.winner_dtype)
+    else:
+        better = p > state.acc if state.reduce == "max" else p < state.acc
+        state.acc = torch.where(better, p, state.acc)  # strict: the first one wins ties
+        state.winner.masked_fill_(better, cid)
+
+
 def spmm_finish(state: SpmmState, num_dst: int, row_shape: tuple, in_degrees: torch.Tensor,
-                dtype: torch.dtype) -> torch.Tensor:
-    """The aggregation's result (as ``DGLGraph.update_all``: no message -> 0)."""
+                dtype: torch.dtype, inplace: bool = True) -> torch.Tensor:
+    """The aggregation's result (as ``DGLGraph.update_all``: no message -> 0). A mean divides
+    the state in place unless ``inplace`` is False (a state that is a partial kept elsewhere)."""
     acc = state.acc
     if acc is None:
         if state.minmax:
-            state.winner = torch.full((num_dst,) + tuple(row_shape), -1, dtype=torch.int16)
+            state.winner = torch.full((num_dst,) + tuple(row_shape), -1,
+                                      dtype=state.winner_dtype)
         return torch.zeros((num_dst,) + tuple(row_shape), dtype=dtype)
     if state.reduce == "mean":
         deg = in_degrees.view((-1,) + (1,) * (acc.dim() - 1)).clamp(min=1).to(acc.dtype)
-        return acc.div_(deg)
+        return acc.div_(deg) if inplace else acc / deg
     if state.minmax:
         dead = torch.isinf(acc)
         state.winner.masked_fill_(dead, -1)
@@ -143,7 +156,7 @@ def spmm_linear_grad(gg: GroupGraph, op: str, gout: torch.Tensor, e: Optional[to
             g = dgl.ops.gspmm(rg, "copy_lhs", "sum", gout, None)
         else:
             g = dgl.ops.gspmm(rg, op, "sum", gout, _edge_slice(e, gg, a, b))
-        gu[a - lo:b - lo] += _sum_to(g, gu.shape)
+        gu[a - lo:b - lo] += sum_to(g, gu.shape)
     return gu
 
 
@@ -173,7 +186,7 @@ def spmm_minmax_grad(gg: GroupGraph, op: str, reduce: str, u: torch.Tensor,
     return gu, ge
 
 
-def _sum_to(t: torch.Tensor, shape) -> torch.Tensor:
+def sum_to(t: torch.Tensor, shape) -> torch.Tensor:
     """Sum a broadcast result back to ``shape`` (leading row dimension kept)."""
     if tuple(t.shape[1:]) == tuple(shape[1:]):
         return t
@@ -366,5 +379,5 @@ def attention_grads(gg: GroupGraph, ft: torch.Tensor, el: torch.Tensor, er: torc
 
 
 __all__ = ["SpmmState", "SoftmaxState", "attention_dsum", "attention_finish",
-           "attention_fold", "attention_grads", "chunk_slice", "spmm_finish",
-           "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad"]
+           "attention_fold", "attention_grads", "chunk_slice", "fold_partial", "spmm_finish",
+           "spmm_fold", "spmm_linear_grad", "spmm_minmax_grad", "sum_to"]

@@ -1,70 +1,31 @@
 """End to end: ``python -m train`` in dsmpnn mode with 2 real gloo workers, resume, bad input."""
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ["physics.resolution=24", "physics.train_samples=8", "physics.test_samples=2",
-        "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
-        "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
-        "physics.gen_workers=1", "train.timeout_s=120",
-        # Cosine decay depends on train.epochs, which the resume below extends; constant rate
-        # keeps the resumed and uninterrupted runs comparable.
-        "train.lr_schedule=constant"]
-
-
-def _train(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``python -m train`` in its own session; kill the whole group if it overruns."""
-    proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _sets(tmp: Path, extra: list[str]) -> list[str]:
-    out = []
-    for s in TINY + [f"dataset.cache_dir={tmp / 'data'}"] + extra:
-        out += ["--set", s]
-    return out
+from tests.dist import jobs
+from tests.dist.jobs import ROOT
 
 
 @pytest.mark.timeout(240)
-def test_darcy_two_workers_train_resume(tmp_path):
-    run = tmp_path / "run"
-    first = _train(["--config", "configs/darcy.yaml", "--out", str(run),
-                    *_sets(tmp_path, ["train.epochs=2"])])
-    assert first.returncode == 0, first.stderr[-2000:]
-    summary = json.loads((run / "metrics.json").read_text())
+def test_darcy_two_workers_train_resume(darcy_two_epochs, darcy_three_epochs, tmp_path):
+    summary = jobs.summary(darcy_two_epochs.path)
     assert summary["num_workers"] == 2 and summary["epochs"] == 2
     assert 0 < summary["test_rel_l2"] < 1.0  # better than predicting zero
     assert summary["test_rmse"] > 0 and len(summary["peak_rss_mb_per_worker"]) == 2
 
-    resumed = _train(["--config", "configs/darcy.yaml", "--out", str(run), "--resume",
-                      *_sets(tmp_path, ["train.epochs=3"])])
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    straight = tmp_path / "straight"
-    whole = _train(["--config", "configs/darcy.yaml", "--out", str(straight),
-                    *_sets(tmp_path, ["train.epochs=3", "physics.infer_passes=3"])])
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    timed = json.loads((straight / "metrics.json").read_text())
+    run = shutil.copytree(darcy_two_epochs.path, tmp_path / "run")  # the shared run stays as is
+    jobs.train(jobs.DARCY, run, *darcy_two_epochs.sets, "train.epochs=3", resume=True)
+    straight = darcy_three_epochs.path
+    timed = jobs.summary(straight)
     assert len(timed["infer_s_all"]) == 3 and timed["infer_s"] == sorted(timed["infer_s_all"])[1]
     # Repeated timing passes predict the same fields as one pass of the retraced run.
-    after = json.loads((run / "metrics.json").read_text())
+    after = jobs.summary(run)
     assert timed["test_rmse"] == pytest.approx(after["test_rmse"], rel=1e-5)
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    ref = [json.loads(x) for x in (straight / "metrics.jsonl").read_text().splitlines()]
+    lines, ref = jobs.epochs(run), jobs.epochs(straight)
     assert [r["epoch"] for r in lines] == [1, 2, 3]
     # Shared per-epoch seeds: a resumed run retraces the uninterrupted one.
     assert [r["loss"] for r in lines] == pytest.approx([r["loss"] for r in ref], rel=1e-6)
@@ -73,8 +34,8 @@ def test_darcy_two_workers_train_resume(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_dsmpnn_rejects_graph_dataset(tmp_path):
-    res = _train(["--config", "configs/darcy.yaml", "--out", str(tmp_path / "r"),
-                  "--set", "dataset.name=synthetic"])
+    res = jobs.cli("train", "--config", str(jobs.DARCY), "--out", str(tmp_path / "r"),
+                   "--set", "dataset.name=synthetic")
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "dataset.name" in lines[0] and "darcy" in lines[0]
@@ -105,12 +66,8 @@ def test_fields_file_trains_end_to_end_with_transfer(tmp_path, capsys):
             "physics.sampled_nodes=120", "physics.radius=0.25", "physics.max_edges=8",
             "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
             "train.epochs=2", "train.timeout_s=120"]
-    args = ["--config", "configs/fields.yaml", "--out", str(run)]
-    for s in sets:
-        args += ["--set", s]
-    res = _train(args)
-    assert res.returncode == 0, res.stderr[-2000:]
-    summary = json.loads((run / "metrics.json").read_text())
+    jobs.train(ROOT / "configs/fields.yaml", run, *sets)
+    summary = jobs.summary(run)
     assert summary["dataset"] == "fields" and summary["num_workers"] == 1
     assert summary["steps"] == 2 * 3  # 8 training fields in batches of 3: 3 steps per epoch
     for key in ("test_rmse", "test_rel_l2", "transfer_rmse", "transfer_rel_l2", "train_rmse"):

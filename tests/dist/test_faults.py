@@ -1,18 +1,19 @@
-"""The fault matrix (``benchmarks.reliability``): real jobs through ``python -m train``, each hit
-by one fault; each must end within 60 s with the right exit code and a one-line message naming
-the process, listen only on the job's address, and leave no process, port, shm segment or temp
-file behind."""
+"""The fault matrix (``benchmarks.reliability``, run by the harness ``benchmarks.faults``): real
+jobs through ``python -m train``, each hit by one fault; each must end within 60 s with the right
+exit code and a one-line message naming the process, listen only on the job's address, and leave
+no process, port, shm segment or temp file behind."""
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import reliability
-from benchmarks.reliability import CASES, EXIT_LIMIT_S
+from benchmarks import faults
+from benchmarks.faults import EXIT_LIMIT_S
+from benchmarks.reliability import CASES
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    return reliability.prepare(tmp_path_factory.mktemp("faults"))
+    return faults.prepare(tmp_path_factory.mktemp("faults"))
 
 
 # The issue's matrix; "SAR worker raises" (blame) and "port in use" run in the reliability
@@ -23,7 +24,7 @@ MATRIX = [c for c in CASES if c.name not in ("SAR worker raises", "port in use")
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", MATRIX, ids=[c.name.replace(" ", "_") for c in MATRIX])
 def test_fault(workspace, case):
-    r = reliability.run_case(workspace, case)
+    r = faults.run_case(workspace, case)
     detail = {k: r[k] for k in ("exit_code", "message", "seconds_to_exit", "left_processes",
                                 "left_ports", "left_shm", "left_temp_files", "listening")}
     assert r["exit_code"] == case.code, detail

@@ -237,11 +237,11 @@ HALO2 = "partition.halo_hops=2"
 
 @pytest.mark.timeout(300)
 def test_training_with_local_sampling_matches_default_accuracy(tmp_path):
-    from tests.dist.test_sampled import _partition, _train
+    from tests.dist import jobs
 
-    _partition(tmp_path, HALO2, size=TRAIN_SIZE)
-    runs = {name: _train(tmp_path, name, "train.epochs=4", "train.eval_every=0", HALO2, *sets,
-                         size=TRAIN_SIZE)
+    jobs.partition_default(tmp_path, HALO2, size=TRAIN_SIZE)
+    runs = {name: jobs.train_default(tmp_path, name, "train.epochs=4", "train.eval_every=0",
+                                     HALO2, *sets, size=TRAIN_SIZE)
             for name, sets in (("default", ()), ("local", ("sampled.local_sampling=true",
                                                              "sampled.seed_split=owned")))}
     summary = {k: json.loads((r / "metrics.json").read_text()) for k, r in runs.items()}

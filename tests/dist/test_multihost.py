@@ -8,8 +8,6 @@ they give on one host. Skipped where namespaces cannot be created (needs root an
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.partition import partition_graph
+from tests.dist import jobs
 
 
 @pytest.mark.timeout(180)
@@ -45,18 +44,11 @@ def test_two_hosts_in_network_namespaces_pull_correct_features(tmp_path, two_hos
         assert r["remote_rows"] > 0 and r["mismatched"] == 0, r
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 def _train(cfg: Path, out: Path, *sets: str) -> list[dict]:
     """``python -m train`` of ``cfg`` into ``out``; the epoch records."""
-    args = [sys.executable, "-m", "train", "--config", str(cfg), "--out", str(out)]
-    for s in sets:
-        args += ["--set", s]
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "epoch 2:" in proc.stderr + proc.stdout  # rank 0's epoch lines reach the console
-    return [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    res = jobs.train(cfg, out, *sets, timeout=200)
+    assert "epoch 2:" in res.stderr + res.stdout  # rank 0's epoch lines reach the console
+    return jobs.epochs(out)
 
 
 def _ip_config(tmp_path: Path, ips: list[str]) -> Path:
@@ -75,9 +67,7 @@ partition: {{num_parts: 2, out_dir: {tmp_path}/parts}}
 model: {{name: sage, args: {{hidden: 16}}}}
 train: {{mode: sar, epochs: 3, lr: 0.02, dtype: float64, timeout_s: 150}}
 """)
-    proc = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    jobs.partition(cfg)
     here = _train(cfg, tmp_path / "one_host")
     there = _train(cfg, tmp_path / "two_hosts", f"cluster.ip_config={_ip_config(tmp_path, ips)}",
                    f"cluster.netns={names}")
@@ -88,17 +78,11 @@ train: {{mode: sar, epochs: 3, lr: 0.02, dtype: float64, timeout_s: 150}}
 
 
 @pytest.mark.timeout(300)
-def test_dsmpnn_on_two_hosts_matches_one_host(tmp_path, two_hosts):
+def test_dsmpnn_on_two_hosts_matches_one_host(tmp_path, two_hosts, darcy_two_epochs):
     names, ips = two_hosts
-    sets = ["physics.resolution=24", "physics.train_samples=6", "physics.test_samples=2",
-            "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
-            "physics.infer_repeats=1", "physics.gen_workers=1", "physics.workers=2",
-            "model.args={width: 8, layers: 2, kernel_hidden: 8}", "train.epochs=2",
-            "train.timeout_s=150", f"dataset.cache_dir={tmp_path / 'data'}"]
-    cfg = ROOT / "configs" / "darcy.yaml"
-    here = _train(cfg, tmp_path / "one_host", *sets)
-    there = _train(cfg, tmp_path / "two_hosts", *sets,
+    one_host = darcy_two_epochs
+    there = _train(one_host.config, tmp_path / "two_hosts", *one_host.sets,
                    f"cluster.ip_config={_ip_config(tmp_path, ips)}", f"cluster.netns={names}")
     assert [r["epoch"] for r in there] == [1, 2]
-    for a, b in zip(here, there):
+    for a, b in zip(jobs.epochs(one_host.path), there):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6), (a, b)

@@ -3,12 +3,7 @@ single-process forward pass of the checkpointed model over the original graph; o
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,37 +13,21 @@ import torch
 import yaml
 from torch import nn
 
-from dsgraph.checkpoint import load_weights
 from dsgraph.data import load_graph
 from dsgraph.errors import ConfigError
 from dsgraph.models.gnn import capture_layer_input
 from dsgraph.models.registry import build_model
-from dsgraph.runs import load_run_config
+from dsgraph.runs import RunFolder
+from tests.dist import jobs
 
-ROOT = Path(__file__).resolve().parents[2]
 # Float32 models: the distributed and the single-process forward sum neighbours in another
 # order, so values agree to rounding (measured max difference 5e-7), not bit for bit.
 TOL = 1e-5
 
 
-def _cli(module: str, *args: str, timeout: float = 200) -> subprocess.CompletedProcess:
-    """``python -m module *args`` from the repository root, in its own session (killed whole
-    if it overruns)."""
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def graph_setup(tmp_path_factory):
-    """A 600-node graph in 2 random partitions and a config both graph modes train on."""
+    """A 600-node graph in 2 random partitions and its config (SAR; sampled settings too)."""
     tmp = tmp_path_factory.mktemp("predict")
     cfg = tmp / "graph.yaml"
     cfg.write_text(f"""
@@ -62,33 +41,36 @@ sampled: {{fanouts: [4, 4], batch_size: 64, eval_batch_size: 256}}
     return tmp, cfg
 
 
-def _train(cfg: Path, run: Path, *sets: str) -> Path:
-    res = _cli("train", "--config", str(cfg), "--out", str(run),
-               *sum((["--set", s] for s in sets), []))
-    assert res.returncode == 0, res.stderr[-3000:]
-    return run
+@pytest.fixture(scope="module")
+def sar_run(graph_setup) -> Path:
+    """A 1-epoch SAR run on ``graph_setup`` (its tests only read it)."""
+    tmp, cfg = graph_setup
+    jobs.train(cfg, tmp / "sar")
+    return tmp / "sar"
 
 
-def _reference(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _reference(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Probabilities, predicted classes and embeddings of every original node: the best
-    checkpoint's model run in this process over the whole, unpartitioned graph."""
-    cfg = load_run_config(run)
+    checkpoint's model run in this process over the whole, unpartitioned graph; and the
+    model's hidden width."""
+    cfg = RunFolder(run).config()
     g = load_graph(cfg.dataset)
     model = build_model(cfg.model.name, g.ndata["feat"].shape[1],
                         int(g.ndata["label"].max()) + 1, cfg.model.args)
-    load_weights(run, model, "best")
+    RunFolder(run).load_weights(model, "best")
     model.eval()
     with torch.no_grad(), capture_layer_input(model) as captured:
         logits = model(g, g.ndata["feat"])
-    return torch.softmax(logits, 1).numpy(), logits.argmax(1).numpy(), captured[-1].numpy()
+    return (torch.softmax(logits, 1).numpy(), logits.argmax(1).numpy(), captured[-1].numpy(),
+            cfg.model.args["hidden"])
 
 
 def _check_against_reference(run: Path, got: dict[str, np.ndarray]) -> None:
-    prob, pred, emb = _reference(run)
+    prob, pred, emb, hidden = _reference(run)
     assert np.array_equal(got["node_id"], np.arange(len(prob)))  # every node once, sorted
     assert np.abs(got["prob"] - prob).max() <= TOL
     assert np.abs(got["embedding"] - emb).max() <= TOL
-    assert got["embedding"].shape == (len(prob), 8)  # model.args.hidden
+    assert got["embedding"].shape == (len(prob), hidden)
     assert np.allclose(got["prob"].sum(1), 1.0, atol=TOL)
     top2 = np.sort(prob, 1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > 2 * TOL  # rounding cannot swap these rows' classes
@@ -100,12 +82,11 @@ def _logs(run: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(300)
-def test_sar_predictions_as_csv_equal_a_single_process_forward(graph_setup):
-    tmp, cfg = graph_setup
-    run = _train(cfg, tmp / "sar")
+def test_sar_predictions_as_csv_equal_a_single_process_forward(sar_run, tmp_path):
+    run = sar_run
     logs = _logs(run)
-    out = tmp / "sar.csv"
-    res = _cli("predict", "--run", str(run), "--out", str(out), "--embeddings")
+    out = tmp_path / "sar.csv"
+    res = jobs.cli("predict", "--run", str(run), "--out", str(out), "--embeddings")
     assert res.returncode == 0, res.stderr[-3000:]
     frame = pd.read_csv(out)
     got = {"node_id": frame["node_id"].to_numpy(), "pred": frame["pred"].to_numpy(),
@@ -121,11 +102,10 @@ def test_sar_predictions_as_csv_equal_a_single_process_forward(graph_setup):
 
 
 @pytest.mark.timeout(300)
-def test_sampled_predictions_as_npz_equal_a_single_process_forward(graph_setup):
-    tmp, cfg = graph_setup
-    run = _train(cfg, tmp / "sampled", "train.mode=sampled", "train.epochs=1")
+def test_sampled_predictions_as_npz_equal_a_single_process_forward(sampled_run):
+    run = sampled_run.path
     logs = _logs(run)
-    res = _cli("predict", "--run", str(run), "--embeddings")
+    res = jobs.cli("predict", "--run", str(run), "--embeddings")
     assert res.returncode == 0, res.stderr[-3000:]
     with np.load(run / "predictions.npz") as data:  # the default output
         got = dict(data)
@@ -136,17 +116,10 @@ def test_sampled_predictions_as_npz_equal_a_single_process_forward(graph_setup):
         p.name for p in (run / "predictions_job" / "logs").iterdir()}
 
 
-DARCY = ["physics.resolution=24", "physics.train_samples=4", "physics.test_samples=2",
-         "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
-         "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
-         "physics.gen_workers=1", "train.timeout_s=150", "train.epochs=1"]
-
-
 @pytest.mark.timeout(300)
-def test_dsmpnn_predictions_are_the_evaluated_test_fields(tmp_path):
-    run = _train(ROOT / "configs/darcy.yaml", tmp_path / "run", *DARCY,
-                 f"dataset.cache_dir={tmp_path / 'data'}")
-    res = _cli("predict", "--run", str(run))
+def test_dsmpnn_predictions_are_the_evaluated_test_fields(darcy_three_epochs):
+    run = darcy_three_epochs.path
+    res = jobs.cli("predict", "--run", str(run))
     assert res.returncode == 0, res.stderr[-3000:]
     with np.load(run / "predictions.npz") as data:
         got = dict(data)
@@ -158,7 +131,7 @@ def test_dsmpnn_predictions_are_the_evaluated_test_fields(tmp_path):
     # The same inference as the final evaluation: its relative L2 error comes back.
     rel = [np.linalg.norm(got["pred"][s] - got["target"][s]) / np.linalg.norm(got["target"][s])
            for s in (got["sample"] == 0, got["sample"] == 1)]
-    summary = json.loads((run / "metrics.json").read_text())
+    summary = jobs.summary(run)
     assert float(np.mean(rel)) == pytest.approx(summary["test_rel_l2"], rel=1e-6)
     assert "best_epoch" not in summary and not (run / "best.pt").exists()  # no validation metric
 
@@ -176,11 +149,9 @@ def _error(capsys, module: str, *args: str) -> str:
 
 
 @pytest.mark.timeout(200)
-def test_user_errors_are_one_line(graph_setup, tmp_path, capsys):
-    tmp, cfg = graph_setup
-    run = tmp / "sar"
-    if not (run / "metrics.json").exists():
-        _train(cfg, run)
+def test_user_errors_are_one_line(graph_setup, sar_run, tmp_path, capsys):
+    _, cfg = graph_setup
+    run = sar_run
     assert "no such folder" in _error(capsys, "predict", "--run", str(tmp_path / "nope"))
     # An unfinished run: config and checkpoint, no metrics.json.
     broken = tmp_path / "unfinished"

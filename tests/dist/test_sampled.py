@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,7 @@ from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import JobFailed
 from dsgraph.partition import partition_graph
-
-ROOT = Path(__file__).resolve().parents[2]
-PY = sys.executable
+from tests.dist import jobs
 
 
 def _job_shm(run: Path) -> list[str]:
@@ -80,39 +76,12 @@ def test_stock_dgl_serves_wrong_features_without_the_compat_fix(tmp_path):
     assert wrong_rows or wrong_ids, json.dumps(results)
 
 
-SMALL = ("dataset.num_nodes=20000", "sampled.batch_size=256")
-
-
-def _train(tmp_path: Path, name: str, *sets: str, resume: bool = False,
-           size: tuple[str, ...] = SMALL) -> Path:
-    run = tmp_path / name
-    args = [PY, "-m", "train", "--config", str(ROOT / "configs/default.yaml"), "--out", str(run),
-            "--set", f"dataset.cache_dir={tmp_path / 'data'}",
-            "--set", f"partition.out_dir={tmp_path / 'parts'}", "--set", "train.timeout_s=200",
-            *sum((["--set", s] for s in size + sets), [])]
-    if resume:
-        args.append("--resume")
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run
-
-
-def _partition(tmp_path: Path, *sets: str, size: tuple[str, ...] = SMALL) -> None:
-    args = [PY, "-m", "partition", "--config", str(ROOT / "configs/default.yaml"),
-            "--set", f"dataset.cache_dir={tmp_path / 'data'}",
-            "--set", f"partition.out_dir={tmp_path / 'parts'}",
-            *sum((["--set", s] for s in size[:1] + sets), [])]
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 @pytest.mark.timeout(300)
 def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
     # The default configuration itself (100k nodes, 2 partitions, 2 trainers), as `make demo` runs it.
-    _partition(tmp_path, size=())
-    run = _train(tmp_path, "run", "train.epochs=4", size=())
-    summary = json.loads((run / "metrics.json").read_text())
-    lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    jobs.partition_default(tmp_path, size=())
+    run = jobs.train_default(tmp_path, "run", "train.epochs=4", size=())
+    summary, lines = jobs.summary(run), jobs.epochs(run)
     assert [r["epoch"] for r in lines] == [1, 2, 3, 4]
     assert lines[-1]["loss"] < lines[0]["loss"]
     assert summary["test_acc"] >= 0.85, summary
@@ -132,13 +101,12 @@ def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
 def test_resume_reproduces_uninterrupted_run(tmp_path):
     # One partition: all sampling happens in the trainer (on its prefetch thread, which DGL
     # seeds per thread), so the run is bit-reproducible.
-    _partition(tmp_path, "partition.num_parts=1")
+    jobs.partition_default(tmp_path, "partition.num_parts=1")
     sets = ("partition.num_parts=1", "sampled.prefetch=2")
-    full = _train(tmp_path, "full", "train.epochs=3", *sets)
-    part = _train(tmp_path, "part", "train.epochs=2", *sets)
-    _train(tmp_path, "part", "train.epochs=3", *sets, resume=True)
-    a = [json.loads(ln) for ln in (full / "metrics.jsonl").read_text().splitlines()]
-    b = [json.loads(ln) for ln in (part / "metrics.jsonl").read_text().splitlines()]
+    full = jobs.train_default(tmp_path, "full", "train.epochs=3", *sets)
+    part = jobs.train_default(tmp_path, "part", "train.epochs=2", *sets)
+    jobs.train_default(tmp_path, "part", "train.epochs=3", *sets, resume=True)
+    a, b = jobs.epochs(full), jobs.epochs(part)
     assert [r["epoch"] for r in b] == [1, 2, 3]
     for ra, rb in zip(a, b):
         for key in ("loss", "train_acc", "val_acc", "test_acc"):
@@ -159,24 +127,22 @@ class TinySage(nn.Module):
 
 
 @pytest.mark.timeout(300)
-def test_plug_in_model_from_user_module(tmp_path):
-    _partition(tmp_path)
-    run = _train(tmp_path, "run", "train.epochs=3", "model.name=tests.dist.test_sampled:TinySage",
-                 "model.args={hidden: 64}")
-    summary = json.loads((run / "metrics.json").read_text())
-    lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+def test_plug_in_model_from_user_module(sampled_graph):
+    run = jobs.train_default(sampled_graph, "plug_in", "train.epochs=3",
+                             "model.name=tests.dist.test_sampled:TinySage",
+                             "model.args={hidden: 64}")
+    summary, lines = jobs.summary(run), jobs.epochs(run)
     assert lines[-1]["loss"] < lines[0]["loss"]
     assert summary["test_acc"] > 0.3  # sampled evaluation; chance is 1/40
 
 
 @pytest.mark.timeout(300)
-def test_sampled_training_with_int2_activation_compression(tmp_path):
-    _partition(tmp_path)
-    plain = _train(tmp_path, "plain", "train.epochs=3")
-    packed = _train(tmp_path, "int2", "train.epochs=3", "compression.enabled=true")
-    a, b = (json.loads((r / "metrics.json").read_text()) for r in (plain, packed))
-    la, lb = ([json.loads(ln)["loss"] for ln in (r / "metrics.jsonl").read_text().splitlines()]
-              for r in (plain, packed))
+def test_sampled_training_with_int2_activation_compression(sampled_graph, sampled_run):
+    plain = sampled_run.path  # the default model, 3 epochs
+    packed = jobs.train_default(sampled_graph, "int2", "train.epochs=3",
+                                "compression.enabled=true")
+    a, b = jobs.summary(plain), jobs.summary(packed)
+    la, lb = ([r["loss"] for r in jobs.epochs(run)] for run in (plain, packed))
     assert la != lb  # the saved tensors really were quantized
     # Close to fp32 after 3 epochs on 20k nodes: 0.650-0.654 vs 0.715-0.720 (6 runs each,
     # 2026-12-02; a 0.07 margin failed once in CI at 0.648 vs 0.7195). Quantizing the loss's

@@ -46,7 +46,7 @@ def compare(model, blocks, source_rows, owner, y, dtype, chunk_rows=0, embedding
     ``grads_out`` (a dict), if given, receives the rematerialized model's gradients."""
     import dgl
 
-    from dsgraph.seqagg.sampled import EmbeddingRows, FeatureRows, RematBlock, install
+    from dsgraph.remat import EmbeddingRows, FeatureRows, RematBlock, install
     m2, e2 = copy.deepcopy(model), copy.deepcopy(embedding)
     ids = blocks[0].srcdata[dgl.NID]
     x = embedding(ids) if embedding is not None else source_rows(ids)
@@ -240,7 +240,7 @@ def test_unsupported_first_layer_is_one_line(batch):
     import dgl.nn as dglnn
 
     from dsgraph.errors import UserError
-    from dsgraph.seqagg.sampled import FeatureRows, RematBlock, install
+    from dsgraph.remat import FeatureRows, RematBlock, install
     blocks, feat, owner, _ = batch
     conv = install(torch.nn.ModuleList([dglnn.SAGEConv(16, 4, "lstm")]))[0]
     rb = RematBlock(blocks[0], FeatureRows(feat), lambda i: owner[i])
@@ -300,10 +300,9 @@ def test_trainer_with_two_rematerialized_layers_trains_as_stock(tmp_path):
     servers' sampling is not seeded), so the same batches; every epoch's loss and the weights
     after training agree to float32 rounding."""
     from dsgraph import config as config_mod
-    from dsgraph.checkpoint import load_weights
     from dsgraph.metrics import read_records
     from dsgraph.models.registry import build_model
-    from dsgraph.runs import prepare_run_dir
+    from dsgraph.runs import RunFolder
     from partition.__main__ import main as partition_main
     from train.__main__ import launch
     cfg_file = tmp_path / "gat.yaml"
@@ -313,18 +312,18 @@ partition: {{num_parts: 2, method: random, out_dir: {tmp_path}/parts, halo_hops:
 model: {{name: gat, args: {{hidden: 4, heads: 2, num_layers: 2}}}}
 train: {{mode: sampled, epochs: 2, lr: 0.02, timeout_s: 150, seed: 3}}
 sampled: {{fanouts: [4, 4], batch_size: 64, eval_batch_size: 256, local_sampling: true}}
-sar: {{chunk_rows: 16}}
+seqagg: {{chunk_rows: 16}}
 """)
     partition_main(["--config", str(cfg_file)])
     losses, weights = {}, {}
     for name, sets in (("stock", []), ("remat", ["sampled.rematerialize=true",
                                                   "sampled.remat_layers=2"])):
         cfg = config_mod.load(cfg_file, sets)
-        run = prepare_run_dir(cfg, str(tmp_path / name), resume=False, force=True)
+        run = RunFolder.create(cfg, tmp_path / name, force=True)
         launch(cfg, run, False)
-        losses[name] = [r["loss"] for r in read_records(run)]
+        losses[name] = [r["loss"] for r in read_records(run.path)]
         model = build_model("gat", 8, 4, {"hidden": 4, "heads": 2, "num_layers": 2})
-        load_weights(run, model, "last")
+        run.load_weights(model, "last")
         weights[name] = model.state_dict()
     assert len(losses["stock"]) == 2
     assert losses["remat"] == pytest.approx(losses["stock"], rel=1e-4)

@@ -1,23 +1,11 @@
 """``python -m train`` with train.mode=sar end to end: run folder, metrics, checkpoints, resume."""
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 
-
-def _train(cfg, *extra):
-    return subprocess.run([sys.executable, "-m", "train", "--config", str(cfg), *extra],
-                          capture_output=True, text=True, timeout=240)
-
-
-def _partition(cfg):
-    r = subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+from tests.dist import jobs
 
 
 @pytest.mark.timeout(300)
@@ -30,31 +18,26 @@ model: {{name: gat, args: {{hidden: 8, heads: 2}}}}
 train: {{mode: sar, epochs: 2, lr: 0.02, out_dir: {tmp_path}/run, dtype: float64, timeout_s: 200}}
 sar: {{mode: sar}}
 """)
-    _partition(cfg)
-    r = _train(cfg)
-    assert r.returncode == 0, r.stderr[-2000:]
+    jobs.partition(cfg)
     run = tmp_path / "run"
-    lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    jobs.train(cfg, run)
+    lines = jobs.epochs(run)
     assert [ln["epoch"] for ln in lines] == [1, 2]
     for ln in lines:
         for key in ("loss", "train_acc", "val_acc", "epoch_s", "bytes_sent", "peak_rss_mb"):
             assert key in ln, key
         assert ln["bytes_sent"] > 0 and ln["peak_rss_mb"] > 0
-    summary = json.loads((run / "metrics.json").read_text())
+    summary = jobs.summary(run)
     assert summary["num_workers"] == 2 and summary["num_parts"] == 2 and summary["epochs"] == 2
     for key in ("test_acc", "val_acc", "wall_s", "peak_rss_mb"):
         assert summary[key] is not None, key
     assert (run / "checkpoint.pt").exists()
     # resume to 3 epochs, and compare with an uninterrupted 3-epoch run in one_shot mode
-    r = _train(cfg, "--resume", "--set", "train.epochs=3")
-    assert r.returncode == 0, r.stderr[-2000:]
-    resumed = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    jobs.train(cfg, run, "train.epochs=3", resume=True)
+    resumed = jobs.epochs(run)
     assert [ln["epoch"] for ln in resumed] == [1, 2, 3]
-    r = _train(cfg, "--out", str(tmp_path / "run2"), "--set", "train.epochs=3",
-               "--set", "sar.mode=one_shot")
-    assert r.returncode == 0, r.stderr[-2000:]
-    other = [json.loads(ln) for ln in (tmp_path / "run2" / "metrics.jsonl").read_text()
-             .splitlines()]
+    jobs.train(cfg, tmp_path / "run2", "train.epochs=3", "sar.mode=one_shot")
+    other = jobs.epochs(tmp_path / "run2")
     for a, b in zip(resumed, other):  # exact gradients: same losses in both modes (float64)
         assert abs(a["loss"] - b["loss"]) <= 1e-9 * abs(b["loss"]), (a, b)
 
@@ -75,13 +58,11 @@ train: {{mode: sar, epochs: 15, lr: 0.02, out_dir: {tmp_path}/run}}
 sar: {{mode: sar}}
 compression: {{min_numel: 0}}
 """)
-    _partition(cfg)
+    jobs.partition(cfg)
     losses = {}
     for name, enabled in (("fp32", "false"), ("int2", "true")):
-        r = _train(cfg, "--out", str(tmp_path / name), "--set", f"compression.enabled={enabled}")
-        assert r.returncode == 0, r.stderr[-2000:]
-        lines = [json.loads(ln) for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        losses[name] = [ln["loss"] for ln in lines]
+        jobs.train(cfg, tmp_path / name, f"compression.enabled={enabled}")
+        losses[name] = [ln["loss"] for ln in jobs.epochs(tmp_path / name)]
     fp32, int2 = losses["fp32"], losses["int2"]
     assert all(math.isfinite(v) for v in fp32 + int2), (fp32, int2)
     # Same init: without dropout (whose masks the fused op draws differently) the first forward
@@ -89,10 +70,9 @@ compression: {{min_numel: 0}}
     first = []
     for enabled in ("false", "true"):
         out = tmp_path / f"nodrop_{enabled}"
-        r = _train(cfg, "--out", str(out), "--set", f"compression.enabled={enabled}",
-                   "--set", "model.args.dropout=0", "--set", "train.epochs=1")
-        assert r.returncode == 0, r.stderr[-2000:]
-        first.append(json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["loss"])
+        jobs.train(cfg, out, f"compression.enabled={enabled}", "model.args.dropout=0",
+                   "train.epochs=1")
+        first.append(jobs.epochs(out)[0]["loss"])
     assert first[1] == pytest.approx(first[0], rel=1e-6), first
     assert fp32[-1] < 0.6 * fp32[0] and int2[-1] < 0.6 * int2[0], (fp32, int2)
     # INT2 noise and another dropout stream: measured mean of the last 3 epochs 0.663 vs 0.596

@@ -36,7 +36,7 @@ def test_stock_trainer_imports_no_dsgraph_code():
 def test_stock_trainer_trains_one_partition_two_trainers(tmp_path):
     g = generate(DatasetConfig(num_nodes=3000, feat_dim=16, num_classes=CLASSES, train_frac=0.3))
     n_train = int(g.ndata["train_mask"].sum())
-    # As benchmarks/sampled.py partitions for its stock one-host row, on a small graph.
+    # As benchmarks/sampled/runner.py partitions for its stock one-host row, on a small graph.
     dgl.distributed.partition_graph(g, "graph", 1, str(tmp_path / "parts"),
                                     num_trainers_per_machine=2, part_method="metis")
     run = tmp_path / "run"

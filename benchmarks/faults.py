@@ -1,0 +1,373 @@
+"""The fault-injection harness: start a real ``python -m train`` job, hit it with one fault, and
+record what the launcher did and what the job left behind.
+
+A :class:`Case` names the job's mode (tiny graph or fields, 2 partitions / workers) and its
+fault: kill -9 of a server, trainer or worker, or of the launcher itself; SIGINT / SIGTERM to the
+launcher; a model whose forward raises on rank 1 (:data:`FAULT_MODEL`); a port in use; kill -9 of
+the launcher while a checkpoint is being written, then ``--resume``. :func:`run_case` records the
+message shown, the exit code, the seconds from the fault to the end of the job, and what was
+left behind: processes of the job, listening ports, ``/dev/shm`` segments of the job, temp files
+in the run folder; and every socket a job process listened on, which must be the job's address
+(loopback), never a wildcard. ``benchmarks/reliability.py`` (the report) and
+``tests/dist/test_faults.py`` (the assertions) both run their cases through it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+EXIT_LIMIT_S = 60.0
+
+GRAPH = ("dataset.num_nodes=2000", "dataset.feat_dim=16", "dataset.num_classes=4",
+         "dataset.avg_degree=6", "partition.num_parts=2", "partition.method=random",
+         "model.args={hidden: 16, num_layers: 2}", "sampled.batch_size=64",
+         "sampled.fanouts=[5, 5]", "train.eval_every=0", "train.timeout_s=150",
+         "train.collective_timeout_s=60")
+FIELDS = ("physics.resolution=24", "physics.train_samples=8", "physics.test_samples=2",
+          "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
+          "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
+          "physics.gen_workers=1", "train.timeout_s=150", "train.collective_timeout_s=60")
+
+# A user model in a module of its own (put on PYTHONPATH): GraphSAGE that can raise in forward
+# on one rank, or carry a large buffer so that writing a checkpoint takes a while.
+FAULT_MODEL = '''
+import torch
+import torch.distributed as dist
+from dsgraph.models.gnn import GraphSAGE
+
+
+class Faulty(GraphSAGE):
+    def __init__(self, in_feats, num_classes, raise_rank=-1, ballast_mb=0, **kw):
+        super().__init__(in_feats, num_classes, **kw)
+        self.raise_rank = raise_rank
+        if ballast_mb:
+            self.register_buffer("ballast", torch.zeros(ballast_mb * 262144))
+
+    def forward(self, *args):
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        if self.training and rank == self.raise_rank:
+            raise RuntimeError(f"injected fault in forward on rank {rank}")
+        return super().forward(*args)
+'''
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fault: the job it hits and what the launcher must then do."""
+
+    name: str
+    mode: str  # sampled | sar | dsmpnn
+    fault: str  # kill9:<process> | kill9:launcher | sigint | sigterm | raises | port | ckpt
+    code: int  # expected exit code of the launcher (-9: killed itself)
+    says: tuple[str, ...] = ()  # the error line must contain each of these
+    sets: tuple[str, ...] = ()  # extra --set overrides
+
+    @property
+    def target(self) -> str:
+        """The process the fault hits (``launcher`` or a log name like ``server0``)."""
+        return self.fault.split(":", 1)[1] if ":" in self.fault else "launcher"
+
+
+# The --set that makes a job use FAULT_MODEL; a case adds model.args.raise_rank / ballast_mb.
+FAULTY = "model.name=faulty_model:Faulty"
+
+
+@dataclass
+class Workspace:
+    """Data, partitions and the fault model, made once and shared by every case."""
+
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def sets(self, mode: str) -> list[str]:
+        """The --set overrides that put a job of ``mode`` on this workspace's tiny data."""
+        base = [f"dataset.cache_dir={self.root / 'data'}"]
+        if mode == "dsmpnn":
+            return base + list(FIELDS)
+        return base + [f"partition.out_dir={self.root / 'parts'}", f"train.mode={mode}",
+                       *GRAPH]
+
+
+def config_of(mode: str) -> Path:
+    """The shipped config a case of ``mode`` starts from."""
+    return ROOT / "configs" / ("darcy.yaml" if mode == "dsmpnn" else "default.yaml")
+
+
+def prepare(root: Path) -> Workspace:
+    """Partition the tiny graph and write the fault model module under ``root``."""
+    ws = Workspace(Path(root))
+    (ws.root / "models").mkdir(parents=True, exist_ok=True)
+    (ws.root / "models" / "faulty_model.py").write_text(FAULT_MODEL)
+    ws.env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(ROOT), str(ws.root / "models")] + ([os.environ["PYTHONPATH"]]
+                                                if os.environ.get("PYTHONPATH") else [])))
+    args = [PY, "-m", "partition", "--config", str(config_of("sampled"))]
+    for s in ws.sets("sampled"):
+        if s.startswith(("dataset.", "partition.")):
+            args += ["--set", s]
+    done = subprocess.run(args, cwd=ROOT, env=ws.env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"partitioning failed: {done.stderr[-2000:]}")
+    return ws
+
+
+class Watch:
+    """Samples a launcher's process tree (pids, listening sockets) until stopped."""
+
+    def __init__(self, launcher: int) -> None:
+        self.launcher = launcher
+        self.pids: set[int] = set()
+        self.listening: set[tuple[str, int]] = set()
+        self.shm: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(0.2)
+
+    def sample(self) -> None:
+        """Record the launcher's descendants and every socket they listen on."""
+        try:
+            kids = psutil.Process(self.launcher).children(recursive=True)
+        except psutil.Error:
+            return
+        self.shm.update(_job_shm(self.launcher))
+        for p in kids:
+            self.pids.add(p.pid)
+            try:
+                for c in p.net_connections(kind="inet"):
+                    if c.status == psutil.CONN_LISTEN:
+                        self.listening.add((c.laddr.ip, c.laddr.port))
+            except psutil.Error:
+                pass
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _alive(pids: set[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return sorted(out)
+
+
+def _listening_now(ports: set[int]) -> list[int]:
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except psutil.Error:
+        return []
+    return sorted({c.laddr.port for c in conns
+                   if c.status == psutil.CONN_LISTEN and c.laddr.port in ports})
+
+
+def _job_shm(launcher: int) -> list[str]:
+    """/dev/shm segments whose job token names ``launcher`` as their owner."""
+    tag = f"dsg{launcher}p"
+    return sorted(n for n in os.listdir("/dev/shm") if tag in n) if os.path.isdir("/dev/shm") \
+        else []
+
+
+def _temp_files(run: Path) -> list[str]:
+    return sorted(str(p.relative_to(run)) for p in run.rglob(".*.tmp")) if run.exists() else []
+
+
+def _log(run: Path, name: str) -> str:
+    try:
+        return (run / "logs" / f"{name}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _find(launcher: int, target: str) -> Optional[psutil.Process]:
+    """The job process whose log is ``target`` (server<i>, trainer<r>, worker<r>)."""
+    kind, index = target.rstrip("0123456789"), target[len(target.rstrip("0123456789")):]
+    try:
+        kids = psutil.Process(launcher).children()
+    except psutil.Error:
+        return None
+    for p in kids:
+        try:
+            env, cmd = p.environ(), " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if kind == "server" and env.get("DGL_SERVER_ID") == index and "dgl_server" in cmd:
+            return p
+        if kind in ("trainer", "worker") and env.get("RANK") == index and "train.worker" in cmd:
+            return p
+    return None
+
+
+def _launch(ws: Workspace, case: Case, run: Path, extra: tuple[str, ...] = (),
+            resume: bool = False) -> tuple[subprocess.Popen, Path]:
+    args = [PY, "-m", "train", "--config", str(config_of(case.mode)), "--out", str(run)]
+    for s in [*ws.sets(case.mode), "train.epochs=2000", *case.sets, *extra]:
+        args += ["--set", s]
+    if resume:
+        args.append("--resume")
+    run.parent.mkdir(parents=True, exist_ok=True)
+    err = run.parent / f"{run.name}.{'resume.' if resume else ''}stderr"
+    with err.open("w") as fh:
+        proc = subprocess.Popen(args, cwd=ROOT, env=ws.env, stdout=subprocess.DEVNULL, stderr=fh,
+                                stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
+    return proc, err
+
+
+def default_sigint() -> None:
+    """In a launched job: Ctrl-C acts as in a terminal. A command started in the background by a
+    shell without job control inherits SIGINT ignored, and Python then keeps it ignored, so a
+    suite run that way would otherwise see the launcher shrug off the fault under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _wait_until(cond, timeout_s: float, proc: subprocess.Popen, poll_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(poll_s)
+    return False
+
+
+def _error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    return lines[-1] if lines else ""
+
+
+def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
+    """Run one case; return its record (what happened and what was left behind)."""
+    run = ws.root / "runs" / case.name.replace(" ", "_").replace(",", "").replace("-", "")
+    first = "worker0" if case.mode != "sampled" else "trainer0"
+    extra: tuple[str, ...] = ()
+    holder = None
+    if case.fault == "port":
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        ip_config = ws.root / f"ip_config_{port}.txt"
+        ip_config.write_text(f"127.0.0.1 {port}\n127.0.0.1 {port + 1}\n")
+        extra = (f"cluster.ip_config={ip_config}",)
+    record: dict[str, Any] = {"case": case.name, "mode": case.mode, "fault": case.fault}
+    proc, err_path = _launch(ws, case, run, extra)
+    watch = Watch(proc.pid)
+    try:
+        fault_at = time.monotonic()
+        if case.fault.startswith(("kill9", "sigint", "sigterm")):
+            ready = _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc)
+            if not ready:
+                raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
+                                   f"{err_path.read_text()[-2000:]}")
+            watch.sample()
+            if case.target == "launcher":
+                target = psutil.Process(proc.pid)
+            else:
+                target = _find(proc.pid, case.target)
+                if target is None:
+                    raise RuntimeError(f"{case.name}: no process {case.target}")
+            sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(case.fault,
+                                                                          signal.SIGKILL)
+            fault_at = time.monotonic()
+            target.send_signal(sig)
+        elif case.fault == "ckpt":
+            # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
+            # (not the first write: --resume needs an earlier checkpoint)
+            caught_files: list[list[str]] = [[]]
+
+            def writing() -> bool:
+                caught_files[0] = _temp_files(run)
+                return (run / "checkpoint.pt").exists() and bool(caught_files[0])
+            caught = _wait_until(writing, 150, proc, poll_s=0.002)
+            if not caught:
+                raise RuntimeError(f"{case.name}: no checkpoint write was caught: "
+                                   f"{err_path.read_text()[-2000:]}")
+            watch.sample()
+            fault_at = time.monotonic()
+            proc.kill()
+            # what the kill interrupted (the job's reaper then removes it: dead writers' temps)
+            record["temp_files_at_kill"] = caught_files[0]
+        try:
+            proc.wait(EXIT_LIMIT_S + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if case.fault == "raises":  # the fault is the moment the process raised
+            culprit = run / "logs" / f"{'trainer' if case.mode == 'sampled' else 'worker'}1.log"
+            if culprit.exists():
+                fault_at = time.monotonic() - (time.time() - culprit.stat().st_mtime)
+        record["launcher_exit_s"] = round(time.monotonic() - fault_at, 2)
+        # The job has ended when the launcher and every process it started are gone, and their
+        # ports closed (a process killed by its parent's death is gone a moment before them).
+        watch.sample()
+        ports = {port for _, port in watch.listening}
+        deadline = time.monotonic() + EXIT_LIMIT_S
+        while time.monotonic() < deadline and (_alive(watch.pids) or _listening_now(ports)):
+            time.sleep(0.05)
+        record["seconds_to_exit"] = round(time.monotonic() - fault_at, 2)
+    finally:
+        watch.stop()
+        if holder is not None:
+            holder.close()
+    stderr = err_path.read_text(errors="replace")
+    # Rank 0's output is echoed to the launcher's stderr: a traceback there is the worker's;
+    # the launcher's own part (from its error line on) must have none.
+    record.update(exit_code=proc.returncode, message=_error_line(stderr),
+                  traceback="Traceback" in stderr.split("\nerror:")[-1].split("error:")[-1])
+    if case.fault == "ckpt":
+        again, again_err = _launch(ws, case, run, resume=True)
+        again.wait(240)
+        text = again_err.read_text(errors="replace")
+        record["resume_exit_code"] = again.returncode
+        record["resume_message"] = _error_line(text)
+        try:
+            lines = (run / "metrics.jsonl").read_text().splitlines()
+            record["resumed_epochs"] = [json.loads(ln)["epoch"] for ln in lines]
+        except (OSError, ValueError):
+            record["resumed_epochs"] = []
+    ports = {port for _, port in watch.listening}
+    record.update(
+        listening=sorted(f"{ip}:{port}" for ip, port in watch.listening),
+        wildcard_listeners=sorted(f"{ip}:{port}" for ip, port in watch.listening
+                                  if ip in ("0.0.0.0", "::")),
+        processes_seen=len(watch.pids), shm_seen=len(watch.shm),
+        left_processes=_alive(watch.pids), left_ports=_listening_now(ports),
+        left_shm=_job_shm(proc.pid), left_temp_files=_temp_files(run))
+    record["cleaned_up"] = not (record["left_processes"] or record["left_ports"]
+                                or record["left_shm"] or record["left_temp_files"])
+    record["handled"] = handled(case, record)
+    return record
+
+
+def handled(case: Case, r: dict[str, Any]) -> bool:
+    """Whether the record shows the behaviour the case expects."""
+    ok = (r["exit_code"] == case.code and all(s in r["message"] for s in case.says)
+          and not r["traceback"] and r["seconds_to_exit"] <= EXIT_LIMIT_S
+          and not r["wildcard_listeners"])
+    if case.fault == "ckpt":
+        ok = ok and bool(r["temp_files_at_kill"]) and r["resume_exit_code"] == 0 \
+            and r["resumed_epochs"] == list(range(1, 5))
+    return ok

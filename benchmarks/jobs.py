@@ -1,0 +1,39 @@
+"""Real training jobs run by a benchmark: the one place in benchmarks/ that makes run folders and
+calls the launcher (``train.__main__.launch``), so a change of either API is adapted here."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from benchmarks.harness import environ
+from dsgraph.config import Config
+from dsgraph.metrics import read_records
+from dsgraph.runs import RunFolder
+from train.__main__ import launch
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A finished job: its run folder, metrics.json and metrics.jsonl epoch records."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    epochs: list[dict[str, Any]]
+
+
+def run_folder(cfg: Config, out: Path) -> Path:
+    """A fresh run folder for ``cfg`` at ``out`` (a run folder an earlier job left there is
+    replaced), for jobs a benchmark runs itself (in process, or the stock DGL trainer)."""
+    return RunFolder.create(cfg, out, force=True).path
+
+
+def train_job(cfg: Config, out: Path, hooks: Sequence[str] = (),
+              env: Optional[Mapping[str, str]] = None) -> Job:
+    """Run the job of ``cfg`` in a fresh run folder ``out`` through the supervised launcher
+    (``train.worker`` processes, each with the ``module:function`` trainer ``hooks``), with
+    ``env`` added to the environment of every process it starts."""
+    run = RunFolder.create(cfg, out, force=True)
+    with environ(dict(env or {})):
+        summary = launch(cfg, run, False, [a for h in hooks for a in ("--hook", h)])
+    return Job(run.path, summary, read_records(run.path))

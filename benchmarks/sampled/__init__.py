@@ -1,0 +1,28 @@
+"""Benchmark ``sampled``: dsgraph's sampled trainer vs stock DistDGL on equal deployments.
+
+The stock rows run ``benchmarks.stock_dgl_trainer`` (DGL's distributed GraphSAGE example logic,
+no dsgraph code) on DGL's own partitioning, served by unpatched DistGraph servers; the dsgraph
+rows run ``python -m train``'s sampled trainer on dsgraph's partitions. Same graph, model,
+fanouts, batch size, learning rate and epochs everywhere; a fresh job per repeat.
+
+Deployments (``link``):
+- ``local``: one host. Stock DGL can only serve one partition per host (dmlc/dgl#3621), so its
+  row is 1 partition x 2 trainers; dsgraph runs 2 partitions x 1 trainer (the target), and also
+  stock's layout.
+- ``veth``: 2 emulated hosts (network namespaces on a veth pair, each with its own /dev/shm:
+  :mod:`dsgraph.cluster.netns`), one partition and one trainer per host, both systems.
+- ``veth_throttled``: the same over a link throttled to 1 Gbit/s (``tc`` token bucket).
+Rows needing namespaces are skipped, with the reason in the report, where they cannot be made.
+
+dsgraph rows: its defaults (halo and remote feature cache, DGL's distributed sampler), the tuned
+``local sampling`` (2-hop halo partitions, own seeds, every layer sampled in the trainer), and
+single options turned off or on (``no remote cache``: only the halo cached; ``prefetch 2``;
+``own rows not copied``: the partition's rows read from shared memory and merged with the cache's).
+
+Samples/s = training seeds per second summed over trainers (seeds / slowest trainer's loop),
+median over epochs 2.. of a run, then median over repeats (with the spread of the repeats).
+"""
+from benchmarks.sampled.report import VIEW, render
+from benchmarks.sampled.runner import run
+
+__all__ = ["VIEW", "render", "run"]

@@ -1,0 +1,52 @@
+"""The ``sampled`` report: table columns, skipped deployments, the figure, and redrawing from
+the saved sampled.json."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from benchmarks.harness import View, bars, render_saved
+
+COLUMNS = ("setting", "system", "hosts", "parts", "trainers", "link", "samples_per_s",
+           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "epoch_s", "test_acc",
+           "remote_feature_bytes", "rpc_sample_requests", "cache_hit_rate", "load1", "wall_s",
+           "peak_rss_mb")
+KEY = ("setting",)
+TITLE = "Sampled distributed training: dsgraph vs stock DistDGL (one host, two emulated hosts)"
+
+
+def stock_row(rows: Iterable[dict], link: str) -> Optional[dict]:
+    """The stock row a row of ``link`` is compared with."""
+    for row in rows:
+        if row["system"] == "stock" and row["link"] == link:
+            return row
+    return None
+
+
+def _skipped(payload: dict) -> list[str]:
+    """The deployments this run could not make, and why."""
+    return [f"**{link}** rows skipped: {why}." for link, why in payload.get("skipped", {}).items()]
+
+
+def _plot(rows: list[dict], fig: Any) -> None:
+    """Training throughput (with the repeats' range) and test accuracy, one bar per setting."""
+    ax1, ax2 = fig.subplots(1, 2, sharey=True)
+    ys = [-i for i in range(len(rows))]  # the first row on top, as in the table
+    colours = ["tab:gray" if r["system"] == "stock" else "tab:blue" for r in rows]
+    bars(ax1, ys, rows, "samples_per_s", KEY, horizontal=True, color=colours)
+    for y, r in zip(ys, rows):
+        if r.get("samples_per_s_min") is not None:
+            ax1.plot([r["samples_per_s_min"], r["samples_per_s_max"]], [y, y], color="k", lw=1)
+    ax1.set_xlabel("training seeds / s (median, range of repeats); grey: stock DGL")
+    ax1.set_yticks(ys, [r["setting"] for r in rows], fontsize=7)
+    bars(ax2, ys, rows, "test_acc", KEY, horizontal=True, color="tab:green")
+    ax2.set_xlabel("test accuracy")
+    ax2.set_xlim(0, 1)
+
+
+VIEW = View("sampled", TITLE, COLUMNS, KEY, plot=_plot, notes=_skipped, figsize=(11.0, 6.0))
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw sampled.md and sampled.png from the saved sampled.json."""
+    return render_saved(VIEW, quick)

@@ -1,0 +1,151 @@
+"""Running the ``sampled`` benchmark: partitions, emulated hosts, one fresh job per row and
+repeat (dsgraph's trainer or the stock DGL example trainer), one record per row."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import dgl
+
+from benchmarks import jobs
+from benchmarks.harness import Report, median
+from benchmarks.sampled.report import VIEW, stock_row
+from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, Setting, settings
+from dsgraph import config as config_mod
+from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
+from dsgraph.data import load_graph
+from dsgraph.partition import partition_graph
+
+
+def _partitions(base: list[str], tmp: Path) -> None:
+    """Every partitioning the rows use: dsgraph's (1 and 2 parts, 2 parts with a 2-hop halo)
+    and DGL's own (``partition_graph`` with METIS, trainers per machine as the rows run)."""
+    g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
+    partition_graph(g, 1, tmp / "p1", force=True)
+    partition_graph(g, 2, tmp / "p2", force=True)
+    partition_graph(g, 2, tmp / "p2h2", halo_hops=2, force=True)
+    dgl.distributed.partition_graph(g, "graph", 1, str(tmp / "stock1"),
+                                    num_trainers_per_machine=2, part_method="metis")
+    dgl.distributed.partition_graph(g, "graph", 2, str(tmp / "stock2"),
+                                    num_trainers_per_machine=1, part_method="metis")
+
+
+def _hosts_sets(tmp: Path, hosts: tuple[list[str], list[str]], port: int) -> list[str]:
+    """Overrides that put machine m's processes in namespace m with its own /dev/shm."""
+    names, ips = hosts
+    ip_config = tmp / f"ip_config_{port}.txt"
+    ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
+    return [f"cluster.ip_config={ip_config}", f"cluster.netns=[{', '.join(names)}]",
+            "cluster.netns_shm=true"]
+
+
+def _stock_args(cfg) -> list[str]:
+    """The stock trainer's command line for the settings of ``cfg``."""
+    m, s, t = cfg.model.args, cfg.sampled, cfg.train
+    return ["--fanouts", ",".join(str(f) for f in s.fanouts), "--batch-size", str(s.batch_size),
+            "--epochs", str(t.epochs), "--hidden", str(m.get("hidden", 128)),
+            "--num-layers", str(m.get("num_layers", 2)), "--lr", str(t.lr), "--seed", str(t.seed),
+            "--eval-batch-size", str(s.eval_batch_size)]
+
+
+def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
+         host_sets: list[str]) -> dict:
+    """One fresh job of ``setting`` in ``tmp/run_name``; its steady-state figures."""
+    part_dir = tmp / setting.partition
+    sets = [*base, *setting.sets, *host_sets, f"partition.num_parts={setting.parts}",
+            f"partition.out_dir={part_dir}",
+            f"cluster.trainers_per_machine={setting.trainers // setting.parts}"]
+    cfg = config_mod.load("configs/default.yaml", sets)
+    if setting.system == "stock":
+        run_dir = jobs.run_folder(cfg, tmp / run_name)
+        load1, t0 = os.getloadavg()[0], time.perf_counter()
+        args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
+        peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, STOCK_TRAINER, args,
+                            cfg.train.timeout_s, stock=True)
+        summary = json.loads((run_dir / "stock_summary.json").read_text())
+        lines = [json.loads(ln) for ln in
+                 (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
+        summary.update(wall_s=time.perf_counter() - t0, peak_rss_mb=max(peaks.values()))
+    else:
+        load1 = os.getloadavg()[0]
+        job = jobs.train_job(cfg, tmp / run_name)
+        summary, lines = job.summary, job.epochs
+    steady = lines[1:] or lines
+
+    def _mid(key: str) -> Optional[float]:
+        values = [r[key] for r in steady if r.get(key) is not None]
+        return median(values) if values else None
+
+    return {"samples_per_s": median(r["samples_per_s"] for r in steady),
+            "epoch_s": median(r["epoch_s"] for r in steady), "test_acc": summary["test_acc"],
+            "remote_feature_bytes": _mid("remote_feature_bytes"),
+            "rpc_sample_requests": _mid("rpc_sample_requests"),
+            "cache_hit_rate": _mid("cache_hit_rate"), "wall_s": summary["wall_s"],
+            "peak_rss_mb": summary["peak_rss_mb"], "load1": load1}
+
+
+def _row(setting: Setting, runs: list[dict]) -> dict:
+    """One table row: the medians over a setting's runs, with the spread of the throughput."""
+    row = {"setting": setting.name, "system": setting.system, "hosts": setting.hosts,
+           "parts": setting.parts, "trainers": setting.trainers, "link": setting.link}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = median(values) if values else None
+    rates = [r["samples_per_s"] for r in runs]
+    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
+    return row
+
+
+def run(quick: bool) -> Path:
+    """Run every setting ``repeats`` times and write the report.
+
+    Jobs run one at a time, repeats round-robin over the settings (every setting's first run,
+    then every setting's second, ...), so a drift of the machine's speed (on this host one
+    setting's repeats ranged from 19.8k to 30.3k seeds/s within one run) reaches every row
+    alike instead of favouring the rows measured in a fast spell.
+    """
+    repeats = 1 if quick else 3
+    epochs = 2 if quick else 5
+    nodes = 10_000 if quick else 100_000
+    report = Report(VIEW, quick, repeats=repeats)
+    with tempfile.TemporaryDirectory(prefix="dsgraph-bench-") as tmpd, \
+            contextlib.ExitStack() as stack:
+        tmp = Path(tmpd)
+        # Half the nodes train, so an epoch is ~25 batches per trainer, not loader start-up.
+        # Both systems evaluate once, after the last epoch, as DGL's example does.
+        base = [f"dataset.num_nodes={nodes}", f"dataset.cache_dir={tmp / 'data'}",
+                "dataset.train_frac=0.5", "dataset.val_frac=0.1", "dataset.test_frac=0.2",
+                f"train.epochs={epochs}", "train.eval_every=0", "train.timeout_s=900"]
+        _partitions(base, tmp)
+        hosts: dict[str, tuple[list[str], list[str]]] = {}
+        skipped: dict[str, str] = {}
+        for link, rate in (("veth", None), ("veth_throttled", THROTTLE)):
+            try:
+                hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
+            except HostsUnavailable as exc:
+                skipped[link] = str(exc)
+        rows_run = [s for s in settings() if s.link == "local" or s.link in hosts]
+        runs: dict[str, list[dict]] = {s.name: [] for s in rows_run}
+        port = 30050
+        for r in range(repeats):
+            for i, s in enumerate(rows_run):
+                host_sets: list[str] = []
+                if s.link in hosts:
+                    port += 1  # a fresh server port per job: no TIME_WAIT clash
+                    host_sets = _hosts_sets(tmp, hosts[s.link], port)
+                runs[s.name].append(_run(s, base, tmp, f"run{i}-{r}", host_sets))
+                print(f"  [{r + 1}/{repeats}] {s.name}: "
+                      f"{runs[s.name][-1]['samples_per_s']:,.0f} seeds/s", flush=True)
+    rows = {s.name: _row(s, runs[s.name]) for s in rows_run}
+    for row in rows.values():
+        ref = stock_row(rows.values(), row["link"])
+        row["ratio_vs_stock"] = row["samples_per_s"] / ref["samples_per_s"] if ref else None
+        report.add(row)
+    report.extra["skipped"] = skipped
+    return report.save()

@@ -1,0 +1,55 @@
+"""The ``sampled`` benchmark's settings: every row's system, deployment and overrides."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+THROTTLE = "1gbit"
+STOCK_TRAINER = "benchmarks.stock_dgl_trainer"
+# The tuned rows: every frontier sampled in the trainer's partition (2-hop halo, own seeds).
+LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2",
+                  "sampled.seed_split=owned")
+NO_REMOTE_CACHE = ("sampled.remote_cache_mb=0",)  # halo rows cached, the rest pulled per batch
+PREFETCH = ("sampled.prefetch=2",)
+NO_TABLE = ("sampled.copy_own_features=false",)  # own rows read from shared memory, then merged
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row: which system, how deployed, and its extra config overrides."""
+
+    name: str
+    system: str  # "stock" or "dsgraph"
+    hosts: int
+    parts: int
+    trainers: int  # in all
+    link: str  # "local", "veth" or "veth_throttled"
+    sets: tuple[str, ...] = ()
+    partition: str = ""  # which partitioning (a folder under the temp dir)
+
+
+def settings() -> list[Setting]:
+    """Every row, in table order: one host first, then each emulated link."""
+    local = "local"
+    rows = [
+        Setting("stock DGL 1 part x 2 trainers", "stock", 1, 1, 2, local, partition="stock1"),
+        Setting("dsgraph 2 parts x 1 trainer", "dsgraph", 1, 2, 2, local, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, local sampling", "dsgraph", 1, 2, 2, local,
+                LOCAL_SAMPLING, partition="p2h2"),
+        Setting("dsgraph 2 parts x 1 trainer, no remote cache", "dsgraph", 1, 2, 2, local,
+                NO_REMOTE_CACHE, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, prefetch 2", "dsgraph", 1, 2, 2, local,
+                PREFETCH, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, own rows not copied", "dsgraph", 1, 2, 2, local,
+                NO_TABLE, partition="p2"),
+        Setting("dsgraph 1 part x 2 trainers", "dsgraph", 1, 1, 2, local, partition="p1"),
+    ]
+    for link in ("veth", "veth_throttled"):
+        rows += [
+            Setting(f"stock DGL 2 hosts ({link})", "stock", 2, 2, 2, link, partition="stock2"),
+            Setting(f"dsgraph 2 hosts ({link})", "dsgraph", 2, 2, 2, link, partition="p2"),
+            Setting(f"dsgraph 2 hosts ({link}), local sampling", "dsgraph", 2, 2, 2, link,
+                    LOCAL_SAMPLING, partition="p2h2"),
+            Setting(f"dsgraph 2 hosts ({link}), no remote cache", "dsgraph", 2, 2, 2, link,
+                    NO_REMOTE_CACHE, partition="p2"),
+        ]
+    return rows

@@ -1,0 +1,89 @@
+"""The command-line programs as the multi-process tests run them: ``python -m train`` /
+``partition`` / ``predict`` from the repository root in a session of their own, and a run
+folder's metrics."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "configs" / "default.yaml"
+DARCY = ROOT / "configs" / "darcy.yaml"
+# The default (sampled) config on a graph a fifth its size.
+SMALL = ("dataset.num_nodes=20000", "sampled.batch_size=256")
+# A DS-MPNN job of a few seconds: 24x24 Darcy fields, 2 workers (darcy.yaml's count).
+DARCY_TINY = ("physics.resolution=24", "physics.train_samples=8", "physics.test_samples=2",
+              "physics.sampled_nodes=200", "physics.radius=0.2", "physics.max_edges=8",
+              "physics.infer_repeats=1", "model.args={width: 8, layers: 2, kernel_hidden: 8}",
+              "physics.gen_workers=1", "train.timeout_s=120",
+              # Cosine decay depends on train.epochs, which a resume extends; a constant rate
+              # keeps resumed and uninterrupted runs comparable.
+              "train.lr_schedule=constant")
+
+
+def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python -m module *args`` from the repository root in its own session (killed whole if
+    it overruns, so no process of the job outlives the test)."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _set_args(*overrides: str) -> list[str]:
+    return [arg for s in overrides for arg in ("--set", s)]
+
+
+def train(config: Path, out: Path, *overrides: str, resume: bool = False,
+          timeout: float = 240) -> subprocess.CompletedProcess:
+    """A ``python -m train`` job into ``out`` that must succeed; its completed process."""
+    res = cli("train", "--config", str(config), "--out", str(out), *_set_args(*overrides),
+              *(["--resume"] if resume else []), timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def partition(config: Path, *overrides: str, timeout: float = 120) -> None:
+    """A ``python -m partition`` run that must succeed."""
+    res = cli("partition", "--config", str(config), *_set_args(*overrides), timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+def default_sets(root: Path, size: tuple[str, ...] = SMALL) -> tuple[str, ...]:
+    """Overrides that put configs/default.yaml's data and partitions under ``root`` and give
+    the graph ``size`` (``()``: the default's own)."""
+    return (f"dataset.cache_dir={root / 'data'}", f"partition.out_dir={root / 'parts'}",
+            "train.timeout_s=200", *size)
+
+
+def partition_default(root: Path, *overrides: str, size: tuple[str, ...] = SMALL) -> None:
+    """Partition configs/default.yaml's graph (of ``size``) under ``root``."""
+    partition(DEFAULT, *default_sets(root, size), *overrides)
+
+
+def train_default(root: Path, name: str, *overrides: str, size: tuple[str, ...] = SMALL,
+                  resume: bool = False) -> Path:
+    """Train configs/default.yaml on the graph :func:`partition_default` made under ``root``,
+    into the run folder ``root / name``; that folder."""
+    train(DEFAULT, root / name, *default_sets(root, size), *overrides, resume=resume)
+    return root / name
+
+
+def epochs(run: Path) -> list[dict]:
+    """The run's per-epoch records (metrics.jsonl)."""
+    return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def summary(run: Path) -> dict:
+    """The run's summary (metrics.json)."""
+    return json.loads((run / "metrics.json").read_text())
