@@ -129,7 +129,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, run_dir: str | Path, strategy: Strategy, resume: bool = False,
                  hooks: Iterable[Hook] = ()) -> None:
-        self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
+        self.cfg, self.strategy = cfg, strategy
         self.run_folder = RunFolder(run_dir)
         self.resume, self.hooks = resume, list(hooks)
         self.dtype = getattr(torch, cfg.train.dtype)
@@ -138,6 +138,11 @@ class Trainer:
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.loaded_rss_mb = 0.0
         self._bar: Any = None
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder's path."""
+        return self.run_folder.path
 
     # --- what strategies call -------------------------------------------------------------
 

@@ -382,16 +382,16 @@ def test_file_dataset_settings_accepted():
     assert cfgmod.load(None, ["dataset.name=file", "dataset.path=/nope.npz"]).dataset.path
 
 
-def test_every_field_has_a_doc_and_the_readme_table_is_current():
+def test_every_field_has_a_doc_and_the_reference_table_is_current():
     from dsgraph.config.schema import reference_rows
     rows = reference_rows(cfgmod.Config)
     assert all(doc for _, _, doc in rows), [key for key, _, doc in rows if not doc]
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "configuration.md").read_text()
     start, end = "<!-- config-table -->\n", "\n<!-- /config-table -->"
-    assert start in readme and end in readme, "README has no generated configuration table"
-    table = readme.split(start, 1)[1].split(end, 1)[0]
+    assert start in page and end in page, "docs/configuration.md has no generated table"
+    table = page.split(start, 1)[1].split(end, 1)[0]
     assert table == cfgmod.reference_table(), (
-        "README configuration table differs from the config fields; regenerate it with "
+        "docs/configuration.md's table differs from the config fields; regenerate it with "
         "`python -c 'from dsgraph import config; print(config.reference_table())'`")
 
 

@@ -43,6 +43,8 @@ def test_node_classification_sums_add_up_over_parts_and_outputs_sort_by_id():
     assert whole == parts == [3.0, 4.0]
     assert task.metrics(whole, "val") == {"val_acc": 0.75}
     assert task.metrics([0.0, 0.0], "test") == {"test_acc": None}
+    assert task.split_metrics([*whole, 0.0, 0.0], ["val", "test"]) == \
+        {"val_acc": 0.75, "test_acc": None}
     assert torch.isclose(task.loss(logits, y, "sum") / 4, task.loss(logits, y))
     cols = task.outputs(logits, {"node_id": np.array([30, 10, 20, 0])},
                         embedding=torch.arange(8.0).view(4, 2))

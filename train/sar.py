@@ -82,9 +82,7 @@ class SarStrategy(Strategy):
         sums = dist.all_sum([v for k in SPLITS[1:]
                              for v in self.task.metric_sums(out[self.masks[k]],
                                                             self.label[self.masks[k]])])
-        n = self.task.num_sums
-        return {key: value for i, k in enumerate(SPLITS[1:])
-                for key, value in self.task.metrics(sums[i * n:(i + 1) * n], k).items()}
+        return self.task.split_metrics(sums, SPLITS[1:])
 
     def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
         """Every node's outputs: each worker forwards the whole graph and keeps its own nodes'

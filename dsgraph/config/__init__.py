@@ -111,7 +111,7 @@ def dump(cfg: Config, path: str | os.PathLike) -> None:
 
 
 def reference_table() -> str:
-    """The README's configuration table (markdown), generated from the fields' docs."""
+    """docs/configuration.md's table (markdown), generated from the fields' docs."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference_rows(Config)]
     return "\n".join(lines)

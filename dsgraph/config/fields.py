@@ -9,7 +9,7 @@ def opt(default: Any = None, doc: str = "", *, factory: Optional[Callable[[], An
         ge: float | None = None, gt: float | None = None, le: float | None = None,
         lt: float | None = None, item_ge: float | None = None) -> Any:
     """A section field: its default (or ``factory`` for lists and mappings), a one-line ``doc``
-    (the README's configuration table is generated from it) and numeric bounds (``item_ge``
+    (docs/configuration.md's table is generated from it) and numeric bounds (``item_ge``
     bounds every element of a list)."""
     meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "item_ge": item_ge}
     if factory is not None:

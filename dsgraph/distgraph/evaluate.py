@@ -131,9 +131,4 @@ def split_metrics(model: nn.Module, g, task: Task, nodes: dict[str, torch.Tensor
                 got = task.metric_sums(out, g.ndata["label"][seeds])
                 split = [a + b for a, b in zip(split, got)]
             sums += split
-    total = dist.all_sum(sums)
-    k = task.num_sums
-    out: dict[str, Any] = {}
-    for i, name in enumerate(nodes):
-        out.update(task.metrics(total[i * k:(i + 1) * k], name))
-    return out
+    return task.split_metrics(dist.all_sum(sums), list(nodes))

@@ -8,6 +8,7 @@ aggregations go to the subclass's fold (SAR's ring, a rematerialized block's gro
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 from typing import Any, Iterator, NoReturn, Optional
 
@@ -24,7 +25,7 @@ class UnsupportedGraphOp(UserError, AttributeError):
     """A layer used a DGLGraph feature a graph view does not provide (``hasattr`` sees False)."""
 
 
-class GraphView:
+class GraphView(abc.ABC):
     """Base of the graph views (see module docstring). Subclasses give ``label`` (who refuses,
     in errors) and the counts, degrees and fold; ``homogeneous`` views have one node set
     (``srcdata`` is ``dstdata``)."""
@@ -45,17 +46,17 @@ class GraphView:
 
     # --- what a subclass supplies ---------------------------------------------------------------
 
+    @abc.abstractmethod
     def _counts(self) -> tuple[int, int, int]:
         """(source nodes, destination nodes, edges)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _degrees(self, out: bool) -> torch.Tensor:
         """In-degrees of the destination nodes (``out``: out-degrees of the sources)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _fold(self, u: torch.Tensor, reduce: str) -> torch.Tensor:
         """``copy_u`` of source rows ``u`` aggregated by ``reduce`` into the destinations."""
-        raise NotImplementedError
 
     def _fold_message(self, message_func: Any, reduce: str) -> torch.Tensor:
         """Any other builtin message aggregated by ``reduce`` (refused unless overridden)."""

@@ -39,6 +39,14 @@ class Task(abc.ABC):
     def metrics(self, sums: Sequence[float], split: str) -> dict[str, Optional[float]]:
         """``<split>_<metric>`` figures from :meth:`metric_sums` added over all rows."""
 
+    def split_metrics(self, sums: Sequence[float], splits: Sequence[str]) -> dict[str, Any]:
+        """:meth:`metrics` of several splits whose :meth:`metric_sums` lie one after another
+        in ``sums``, in the order of ``splits``."""
+        k, out = self.num_sums, {}
+        for i, split in enumerate(splits):
+            out.update(self.metrics(sums[i * k:(i + 1) * k], split))
+        return out
+
     @abc.abstractmethod
     def outputs(self, out: Any, index: dict[str, np.ndarray], target: Any = None,
                 embedding: Optional[torch.Tensor] = None) -> dict[str, np.ndarray]:
