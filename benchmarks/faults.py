@@ -2,14 +2,16 @@
 record what the launcher did and what the job left behind.
 
 A :class:`Case` names the job's mode (tiny graph or fields, 2 partitions / workers) and its
-fault: kill -9 of a server, trainer or worker, or of the launcher itself; SIGINT / SIGTERM to the
-launcher; a model whose forward raises on rank 1 (:data:`FAULT_MODEL`); a port in use; kill -9 of
-the launcher while a checkpoint is being written, then ``--resume``. :func:`run_case` records the
-message shown, the exit code, the seconds from the fault to the end of the job, and what was
-left behind: processes of the job, listening ports, ``/dev/shm`` segments of the job, temp files
-in the run folder; and every socket a job process listened on, which must be the job's address
-(loopback), never a wildcard. ``benchmarks/reliability.py`` (the report) and
-``tests/dist/test_faults.py`` (the assertions) both run their cases through it.
+fault: kill -9 of a server, trainer or worker, or of the launcher itself; SIGSTOP of a server,
+trainer or worker (a hung peer: the job is left running until the supervisor sees it make no
+progress); SIGINT / SIGTERM to the launcher; a model whose forward raises on rank 1
+(:data:`FAULT_MODEL`); a port in use; kill -9 of the launcher while a checkpoint is being
+written, then ``--resume``. :func:`run_case` records the message shown, the exit code, the
+seconds from the fault to the end of the job, and what was left behind: processes of the job,
+listening ports, ``/dev/shm`` segments of the job, temp files in the run folder; and every
+socket a job process listened on, which must be the job's address (loopback), never a
+wildcard. ``benchmarks/reliability.py`` (the report) and ``tests/dist/test_faults.py`` (the
+assertions) both run their cases through it.
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ class Case:
 
     name: str
     mode: str  # sampled | sar | dsmpnn
-    fault: str  # kill9:<process> | kill9:launcher | sigint | sigterm | raises | port | ckpt
+    fault: str  # kill9:<process> | kill9:launcher | sigstop:<process> | sigint | sigterm |
+    #             raises | port | ckpt
     code: int  # expected exit code of the launcher (-9: killed itself)
     says: tuple[str, ...] = ()  # the error line must contain each of these
     sets: tuple[str, ...] = ()  # extra --set overrides
@@ -83,6 +86,8 @@ class Case:
 
 # The --set that makes a job use FAULT_MODEL; a case adds model.args.raise_rank / ballast_mb.
 FAULTY = "model.name=faulty_model:Faulty"
+# The --set that makes a hung process the job's fault after a few seconds, not a minute.
+HANG = "cluster.heartbeat_s=8"
 
 
 @dataclass
@@ -273,11 +278,12 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         ip_config.write_text(f"127.0.0.1 {port}\n127.0.0.1 {port + 1}\n")
         extra = (f"cluster.ip_config={ip_config}",)
     record: dict[str, Any] = {"case": case.name, "mode": case.mode, "fault": case.fault}
+    stopped: Optional[psutil.Process] = None
     proc, err_path = _launch(ws, case, run, extra)
     watch = Watch(proc.pid)
     try:
         fault_at = time.monotonic()
-        if case.fault.startswith(("kill9", "sigint", "sigterm")):
+        if case.fault.startswith(("kill9", "sigstop", "sigint", "sigterm")):
             ready = _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc)
             if not ready:
                 raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
@@ -289,10 +295,12 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
                 target = _find(proc.pid, case.target)
                 if target is None:
                     raise RuntimeError(f"{case.name}: no process {case.target}")
-            sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM}.get(case.fault,
-                                                                          signal.SIGKILL)
+            sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM,
+                   "sigstop": signal.SIGSTOP}.get(case.fault.split(":")[0], signal.SIGKILL)
             fault_at = time.monotonic()
             target.send_signal(sig)
+            if sig == signal.SIGSTOP:
+                stopped = target
         elif case.fault == "ckpt":
             # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
             # (not the first write: --resume needs an earlier checkpoint)
@@ -333,10 +341,10 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         if holder is not None:
             holder.close()
     stderr = err_path.read_text(errors="replace")
-    # Rank 0's output is echoed to the launcher's stderr: a traceback there is the worker's;
-    # the launcher's own part (from its error line on) must have none.
+    # The console (the launcher's stderr, rank 0's output echoed in it) shows no traceback at
+    # all: a job process's stays in its log.
     record.update(exit_code=proc.returncode, message=_error_line(stderr),
-                  traceback="Traceback" in stderr.split("\nerror:")[-1].split("error:")[-1])
+                  traceback="Traceback" in stderr)
     if case.fault == "ckpt":
         again, again_err = _launch(ws, case, run, resume=True)
         again.wait(240)
@@ -358,6 +366,8 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         left_shm=_job_shm(proc.pid), left_temp_files=_temp_files(run))
     record["cleaned_up"] = not (record["left_processes"] or record["left_ports"]
                                 or record["left_shm"] or record["left_temp_files"])
+    if stopped is not None and stopped.pid in record["left_processes"]:
+        stopped.kill()  # recorded; a stopped process would otherwise never end
     record["handled"] = handled(case, record)
     return record
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.faults import EXIT_LIMIT_S, FAULTY, Case, prepare, run_case
+from benchmarks.faults import EXIT_LIMIT_S, FAULTY, HANG, Case, prepare, run_case
 from benchmarks.harness import Report, View, bars, render_saved
 
 CASES = (
@@ -19,6 +19,13 @@ CASES = (
     Case("sampled trainer killed", "sampled", "kill9:trainer1", 1, ("trainer1", "SIGKILL")),
     Case("SAR worker killed", "sar", "kill9:worker1", 1, ("worker1", "SIGKILL")),
     Case("DS-MPNN worker killed", "dsmpnn", "kill9:worker1", 1, ("worker1", "SIGKILL")),
+    # hung, not dead: stopped with SIGSTOP, named once it made no progress for cluster.heartbeat_s
+    Case("server stopped", "sampled", "sigstop:server1", 1,
+         ("server1", "no progress", "stopped", "server1.log"), (HANG,)),
+    Case("sampled trainer stopped", "sampled", "sigstop:trainer1", 1,
+         ("trainer1", "no progress", "stopped", "trainer1.log"), (HANG,)),
+    Case("SAR worker stopped", "sar", "sigstop:worker1", 1,
+         ("worker1", "no progress", "stopped", "worker1.log"), (HANG,)),
     Case("launcher killed", "sampled", "kill9:launcher", -9),
     Case("Ctrl-C to the launcher", "sampled", "sigint", 1, ("interrupted",)),
     Case("SIGTERM to the launcher", "sar", "sigterm", 1, ("interrupted",)),

@@ -1,6 +1,11 @@
 """Checkpoint files: model, optimizer, epoch and every rank's RNG state, written atomically
 (which files a run keeps, and what they must match: :class:`dsgraph.runs.RunFolder`).
 
+A file holds ``{"dsgraph_checkpoint": 2, "sha256": ..., "data": <uint8 tensor>}``, ``data`` being
+the ``torch.save`` bytes of the checkpoint itself and ``sha256`` their digest: a byte changed on
+disk is found on load (:func:`read`), not trained on or predicted from. Read one yourself with
+:func:`read`.
+
 Randomness has two sources. Python, numpy and torch generators are captured per rank at the end
 of every epoch and restored on resume, so a resumed run draws what an uninterrupted one would.
 DGL's sampler generator cannot be read back, so modes that sample with DGL reseed it per epoch
@@ -8,6 +13,7 @@ from :func:`epoch_seed`.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 import sys
@@ -17,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from dsgraph.errors import UserError
+from dsgraph.errors import IntegrityError, UserError
 from dsgraph.fsutil import atomic_write_bytes
 
 
@@ -52,35 +58,64 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+FORMAT = 2  # the checksummed layout; files without the key are read as written before it
+
+
 def write(path: Path, epoch: int, model: torch.nn.Module, meta: dict[str, Any],
           optimizer: Optional[torch.optim.Optimizer] = None,
-          rng_states: Optional[list[dict[str, Any]]] = None) -> None:
-    """Write ``epoch``'s checkpoint file atomically: the model, ``meta`` (the run's fingerprint),
-    and, for a resumable checkpoint, the optimizer and every rank's RNG (in rank order)."""
+          rng_states: Optional[list[dict[str, Any]]] = None,
+          record: Optional[dict[str, Any]] = None) -> None:
+    """Write ``epoch``'s checkpoint file atomically, checksummed: the model, ``meta`` (the run's
+    fingerprint), and, for a resumable checkpoint, the optimizer, every rank's RNG (in rank
+    order) and the epoch's metrics ``record``."""
     payload: dict[str, Any] = {"epoch": epoch, "model": model.state_dict(), "meta": meta}
     if optimizer is not None:
         payload.update(optimizer=optimizer.state_dict(), rng=rng_states or [])
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    if record is not None:
+        payload["record"] = record
+    data = _saved(payload)
+    atomic_write_bytes(path, _saved({"dsgraph_checkpoint": FORMAT,
+                                     "sha256": hashlib.sha256(data).hexdigest(),
+                                     "data": torch.frombuffer(bytearray(data), dtype=torch.uint8)}))
 
 
 def read(path: Path) -> dict[str, Any] | None:
     """The checkpoint in ``path``, or None where there is none.
 
     Loaded with ``weights_only``: a checkpoint holds tensors and plain values, so a crafted file
-    cannot run code; a corrupt or foreign file is a one-line error.
+    cannot run code; a corrupt or foreign file is a one-line error, a checksum mismatch an
+    :class:`IntegrityError`.
     """
     if not path.exists():
         return None
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - unpickling errors have no common base class
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path}: not a readable dsgraph checkpoint ({reason[:200]})") from None
+    ckpt = _loaded(path, path)
+    if isinstance(ckpt, dict) and "dsgraph_checkpoint" in ckpt:
+        data = ckpt.get("data")
+        if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
+            raise UserError(f"{path}: not a dsgraph checkpoint (no data bytes)")
+        raw = data.numpy().tobytes()
+        if hashlib.sha256(raw).hexdigest() != ckpt.get("sha256"):
+            raise IntegrityError(f"{path}: checksum mismatch: the file changed after dsgraph "
+                                 f"wrote it (corrupt storage or an edit); not using it")
+        ckpt = _loaded(io.BytesIO(raw), path)
     if not isinstance(ckpt, dict) or not {"epoch", "model"} <= set(ckpt):
         raise UserError(f"{path}: not a dsgraph checkpoint (expected a dict with epoch, model)")
     return ckpt
+
+
+def _saved(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _loaded(source: Any, path: Path) -> Any:
+    """``torch.load`` with ``weights_only``; any failure is one line naming ``path``."""
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unpickling errors have no common base class
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path}: not a readable dsgraph checkpoint ({reason[:200]})") from None
 
 
 def load_model_state(path: Path, model: torch.nn.Module, ckpt: dict[str, Any]) -> None:

@@ -22,6 +22,17 @@ class DataError(UserError):
     """A dataset file with wrong shapes, dtypes, ranges or values."""
 
 
+class StorageError(UserError):
+    """A write dsgraph needs failed for a reason of the storage (full disk, read-only file
+    system, permissions, quota): one line naming the folder and the cause, exit code 1."""
+
+    exit_code = 1
+
+
+class IntegrityError(UserError):
+    """A file dsgraph wrote no longer holds what it wrote (its checksum does not match)."""
+
+
 class JobFailed(Exception):
     """A distributed job ended abnormally (a process died, timed out or was interrupted)."""
 

@@ -1,7 +1,10 @@
-"""Atomic file and folder writes: readers never see a half-written file or folder."""
+"""Atomic file and folder writes: readers never see a half-written file or folder; a write the
+storage refuses (full disk, read-only, permissions, quota) is one :class:`StorageError` line
+naming the folder and the cause, and leaves the previous file as it was."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -10,6 +13,48 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import psutil
+
+from dsgraph.errors import StorageError
+
+# errno -> the cause as said to the user
+_CAUSES = {errno.ENOSPC: "no space left on the device (ENOSPC)",
+           errno.EDQUOT: "the disk quota is exceeded (EDQUOT)",
+           errno.EROFS: "the file system is read-only (EROFS)",
+           errno.EACCES: "permission denied (EACCES)", errno.EPERM: "not permitted (EPERM)",
+           errno.EIO: "an input/output error of the device (EIO)",
+           errno.EFBIG: "the file is too large for the file system (EFBIG)"}
+
+
+def storage_error(exc: OSError, path: str | os.PathLike, what: str | None = None) -> StorageError:
+    """The one-line error for ``exc``, raised writing ``path`` (``what``: default its name)."""
+    path = Path(path)
+    cause = _CAUSES.get(exc.errno) or exc.strerror or type(exc).__name__
+    return StorageError(f"{path.parent}: cannot write {what or path.name}: {cause}")
+
+
+@contextlib.contextmanager
+def storage_errors(path: str | os.PathLike, what: str | None = None) -> Iterator[None]:
+    """Turn an OSError of the block (writing ``path``) into a :class:`StorageError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise storage_error(exc, path, what) from None
+
+
+def check_free_space(folder: str | os.PathLike, needed_bytes: float, what: str) -> None:
+    """Refuse early, with one line, when ``folder`` (or its nearest existing ancestor) has less
+    free space than ``needed_bytes`` (an estimate of ``what``)."""
+    at = Path(folder)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    free = shutil.disk_usage(at).free
+    if free < needed_bytes:
+        raise StorageError(f"{folder}: not enough free space for {what}: about "
+                           f"{_mib(needed_bytes)} needed, {_mib(free)} left on the device")
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -29,21 +74,23 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[str], None],
 
     For writers that need a path (``np.savez``, ``dgl.save_graphs``, a compiler's ``-o``). The
     file gets ``mode`` (default: what a new file gets under the umask) before the rename; on
-    any exception the temporary file is removed and ``path`` is left as it was.
+    any exception the temporary file is removed and ``path`` is left as it was; an OSError is
+    a :class:`StorageError`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_orphaned_temps(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, default_file_mode() if mode is None else mode)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with storage_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphaned_temps(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
+        os.close(fd)
+        try:
+            write(tmp)
+            os.chmod(tmp, default_file_mode() if mode is None else mode)  # mkstemp creates 0600
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 def _temp_prefix(path: Path) -> str:

@@ -1,13 +1,15 @@
-"""A run's metrics: ``metrics.jsonl`` (one line per epoch), ``metrics.json`` (the summary), and
-the table printed from them when a run ends."""
+"""A run's metrics: ``metrics.jsonl`` (one line per epoch), ``metrics.json`` (the summary, with a
+``sha256`` key: the digest of the rest, checked when read back), and the table printed from them
+when a run ends."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from dsgraph.errors import UserError
-from dsgraph.fsutil import atomic_write_text
+from dsgraph.errors import IntegrityError, UserError
+from dsgraph.fsutil import atomic_write_text, storage_errors
 
 # Columns of the end-of-run table, when some epoch record has them.
 _COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "epoch_s", "samples_per_s",
@@ -15,27 +17,33 @@ _COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "epoch_s", "samples_per_s",
             "test_rel_l2")
 _FINAL = ("test_acc", "val_acc", "test_rmse", "test_rel_l2", "epochs", "wall_s", "peak_rss_mb",
           "num_workers", "num_parts")
+CHECKSUM = "sha256"  # metrics.json's key holding the digest of the rest
 
 
 class MetricsLog:
     """Appends one JSON line per epoch to metrics.jsonl; writes the metrics.json summary."""
 
-    def __init__(self, run_dir: str | Path, resume_epoch: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, resume_epoch: int = 0,
+                 resume_record: dict[str, Any] | None = None) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self.summary_path = Path(run_dir) / "metrics.json"
         # On resume, drop lines of epochs after the checkpoint so the log matches an
-        # uninterrupted run line for line.
+        # uninterrupted run line for line; the checkpoint's own record (``resume_record``)
+        # replaces its line if that was cut short or lost.
         kept = [r for r in self.records() if r["epoch"] <= resume_epoch]
+        if resume_record is not None and (not kept or kept[-1]["epoch"] < resume_epoch):
+            kept.append(resume_record)
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def epoch(self, record: dict[str, Any]) -> None:
         """Append one epoch's record."""
-        with self.path.open("a") as fh:
+        with storage_errors(self.path), self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
+            fh.flush()
 
     def summary(self, record: dict[str, Any]) -> None:
         """Write the run summary (atomically)."""
-        atomic_write_text(self.summary_path, json.dumps(record, indent=1))
+        write_summary(self.summary_path.parent, record)
 
     def records(self) -> list[dict[str, Any]]:
         """All epoch records written so far."""
@@ -53,14 +61,29 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: unreadable ({exc})") from None
     if not isinstance(summary, dict):
         raise UserError(f"{path}: expected a JSON object")
+    recorded = summary.pop(CHECKSUM, None)
+    if recorded is not None and recorded != _digest(summary):
+        raise IntegrityError(f"{path}: checksum mismatch: the file changed after dsgraph wrote "
+                             f"it (an edit or corrupt storage)")
     return summary
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> None:
+    """Write ``summary`` as the run's metrics.json (atomically, with its checksum)."""
+    atomic_write_text(Path(run_dir) / "metrics.json",
+                      json.dumps({**summary, CHECKSUM: _digest(summary)}, indent=1))
 
 
 def update_summary(run_dir: str | Path, **values: Any) -> dict[str, Any]:
     """Add ``values`` to a finished run's metrics.json (atomically); return the summary."""
     summary = {**read_summary(run_dir), **values}
-    atomic_write_text(Path(run_dir) / "metrics.json", json.dumps(summary, indent=1))
+    write_summary(run_dir, summary)
     return summary
+
+
+def _digest(summary: dict[str, Any]) -> str:
+    """The checksum of a summary: of its canonical JSON (key order and layout do not count)."""
+    return hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
 
 
 def print_summary(run_dir: str | Path) -> None:

@@ -3,13 +3,24 @@ fingerprint, the checkpoints, and the one rule for what interrupted writes leave
 
 A folder dsgraph creates carries a marker (:data:`MARKER`) holding the run's fingerprint; only
 such a folder, holding nothing but what dsgraph writes, is ever replaced by ``--force``, so a
-mistyped ``--out`` cannot delete a user's files.
+mistyped ``--out`` cannot delete a user's files, and never through a symbolic link.
+
+One job at a time: the launcher (``python -m train``, ``python -m predict``) holds the folder's
+lock (:class:`RunLock`) for the job's life, so ``--force``, ``--resume`` or ``predict`` on a folder
+a live job uses is refused, naming that job. Files dsgraph reads back carry a checksum of their
+own bytes (checkpoints: :mod:`dsgraph.checkpoint`; ``metrics.json``: :mod:`dsgraph.metrics`;
+``config.yaml``: recorded in the marker), so a changed byte is an error, never a prediction.
 """
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import json
+import os
 import shutil
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -18,10 +29,18 @@ import torch
 
 from dsgraph import checkpoint
 from dsgraph import config as config_mod
-from dsgraph.errors import UserError
-from dsgraph.fsutil import atomic_write_text, is_temp_name, remove_orphaned_temps_in
+from dsgraph.errors import IntegrityError, UserError
+from dsgraph.metrics import read_summary
+from dsgraph.fsutil import (
+    atomic_write_text,
+    check_free_space,
+    is_temp_name,
+    remove_orphaned_temps_in,
+    storage_errors,
+)
 
 MARKER = ".dsgraph-run.json"
+LOCK = ".dsgraph-lock"  # held (flock) by the launcher of the job using the folder; names it
 CONFIG = "config.yaml"
 CHECKPOINT = "checkpoint.pt"  # the last epoch's: model, optimizer, every rank's RNG
 BEST = "best.pt"  # the best validation epoch's model
@@ -52,12 +71,12 @@ class RunFolder:
         """
         run = cls(out or cfg.train.out_dir)
         fingerprint = fingerprint or run_fingerprint(cfg)
+        action = "--resume" if resume else "--force" if force else "train"
+        run.refuse_link(action)
         if run.path.exists() and not run.path.is_dir():
             raise UserError(f"{run.path}: exists and is not a folder; choose another --out")
-        if resume:
-            run.check_fingerprint(fingerprint, "--resume")
-            run.remove_temp_files()
-        elif run.path.exists() and any(run.path.iterdir()):
+        existing = run.path.exists() and any(p.name != LOCK for p in run.path.iterdir())
+        if existing and not resume:
             foreign = run.foreign_entry()
             if foreign is not None:
                 raise UserError(f"{run.path}: holds {foreign!r}, which dsgraph did not write; "
@@ -65,29 +84,56 @@ class RunFolder:
             if not force:
                 raise UserError(f"{run.path}: run folder already exists; pass --resume to "
                                 f"continue it or --force to replace it")
-            shutil.rmtree(run.path)
-        run.logs.mkdir(parents=True, exist_ok=True)
-        config_mod.dump(cfg, run.path / CONFIG)
-        atomic_write_text(run.path / MARKER, json.dumps(
-            {"created": run.marker().get("created", time.time()), "fingerprint": fingerprint},
-            indent=1))
+        if resume and not existing:
+            raise UserError(f"{run.path}: --resume: no checkpoint to load")
+        with storage_errors(run.path / CONFIG, "the run folder"):
+            run.path.mkdir(parents=True, exist_ok=True)
+        run.lock(action)  # before any change: a live job's folder is refused here
+        try:
+            if resume:
+                run.check_fingerprint(fingerprint, "--resume")
+                run.remove_temp_files()
+            elif existing:
+                run.clear()
+            with storage_errors(run.path / CONFIG, "the run folder"):
+                run.logs.mkdir(parents=True, exist_ok=True)
+            config_mod.dump(cfg, run.path / CONFIG)
+            atomic_write_text(run.path / MARKER, json.dumps(
+                {"created": run.marker().get("created", time.time()),
+                 "fingerprint": fingerprint, "config_sha256": _sha256(run.path / CONFIG)},
+                indent=1))
+        except BaseException:
+            run.unlock()
+            raise
         return run
 
     @classmethod
-    def finished(cls, path: Path) -> "RunFolder":
-        """The run folder ``path`` whose training finished and left a checkpoint (``--run``)."""
+    def finished(cls, path: Path, action: str = "predict") -> "RunFolder":
+        """The run folder ``path`` whose training finished and left a checkpoint (``--run``),
+        locked for ``action`` (release it with :meth:`unlock`)."""
         run = cls(path)
+        run.refuse_link(action)
         if not path.is_dir():
             raise UserError(f"--run {path}: no such folder")
+        run.lock(action)  # a training job still writing the folder is refused here
+        try:
+            run._check_finished()
+        except BaseException:
+            run.unlock()
+            raise
+        return run
+
+    def _check_finished(self) -> None:
+        path = self.path
         if not (path / CONFIG).is_file():
             raise UserError(f"--run {path}: not a dsgraph run folder (no {CONFIG})")
         if not (path / "metrics.json").is_file():
             raise UserError(f"--run {path}: training has not finished (no metrics.json); "
                             f"finish it with `python -m train --config {path / CONFIG} --out "
                             f"{path} --resume`")
-        if run.checkpoint("last") is None:
+        read_summary(path)  # its checksum
+        if self.checkpoint("last") is None:
             raise UserError(f"--run {path}: no {CHECKPOINT} to load the model from")
-        return run
 
     # --- what it holds ------------------------------------------------------------------------
 
@@ -97,8 +143,14 @@ class RunFolder:
         return self.path / "logs"
 
     def config(self) -> config_mod.Config:
-        """The resolved config every process of the run reads."""
-        return config_mod.load(self.path / CONFIG)
+        """The resolved config every process of the run reads (checked against the checksum the
+        marker recorded when the launcher wrote it)."""
+        path = self.path / CONFIG
+        recorded = self.marker().get("config_sha256")
+        if recorded is not None and path.is_file() and _sha256(path) != recorded:
+            raise IntegrityError(f"{path}: checksum mismatch: the file changed after dsgraph "
+                                 f"wrote it (an edit or corrupt storage); not using it")
+        return config_mod.load(path, host_checks=False)  # the launcher checked this host
 
     def marker(self) -> dict[str, Any]:
         """The marker's content (empty if there is none or it is unreadable)."""
@@ -119,7 +171,7 @@ class RunFolder:
         A folder without the marker counts as a run only if it holds ``config.yaml`` (run
         folders from before the marker existed).
         """
-        names = sorted(p.name for p in self.path.iterdir())
+        names = sorted(p.name for p in self.path.iterdir() if p.name != LOCK)
         if MARKER not in names and CONFIG not in names:
             return names[0] if names else None
         for name in names:
@@ -128,12 +180,53 @@ class RunFolder:
                 return name
         return None
 
+    def refuse_link(self, action: str) -> None:
+        """Refuse a run folder that is a symbolic link: replacing or writing through it would
+        reach a folder the user did not name."""
+        if self.path.is_symlink():
+            raise UserError(f"{self.path}: {action}: is a symbolic link (to "
+                            f"{os.readlink(self.path)}); dsgraph does not use or replace a "
+                            f"linked run folder: give the real path")
+
+    def clear(self) -> None:
+        """Delete everything in the folder but its lock (``--force``; the caller holds it)."""
+        with storage_errors(self.path / MARKER, "the old run"):
+            for entry in self.path.iterdir():
+                if entry.name == LOCK:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+
+    def lock(self, action: str) -> None:
+        """Take the folder's lock for this process's job (see :class:`RunLock`). Re-entrant: a
+        process that holds it already (a benchmark running job after job in one folder) keeps
+        it until every :meth:`lock` has had its :meth:`unlock`."""
+        key = self.path.resolve()
+        if key not in _HELD:
+            lock = RunLock(self.path / LOCK)
+            lock.acquire(action)
+            _HELD[key] = [lock, 0]
+        _HELD[key][1] += 1
+
+    def unlock(self) -> None:
+        """Undo one :meth:`lock` (a killed job's lock goes with its process)."""
+        key = self.path.resolve()
+        if key in _HELD:
+            _HELD[key][1] -= 1
+            if _HELD[key][1] <= 0:
+                _HELD.pop(key)[0].release()
+
     def job_dir(self, name: str) -> Path:
         """A fresh folder ``name`` (a name in :data:`RUN_PREFIXES`) for a later job's logs, the
         previous one's removed."""
         job = self.path.resolve() / name
-        shutil.rmtree(job, ignore_errors=True)
-        job.mkdir()
+        with storage_errors(job / "logs", f"the {name} folder"):
+            if job.is_symlink() or job.is_file():  # never follow a link into deletion
+                job.unlink()
+            shutil.rmtree(job, ignore_errors=True)
+            job.mkdir()
         return job
 
     def remove_temp_files(self) -> list[Path]:
@@ -148,21 +241,32 @@ class RunFolder:
         return checkpoint.read(self.path / (BEST if which == "best" else CHECKPOINT))
 
     def save(self, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             rng_states: list[dict[str, Any]], meta: dict[str, Any], best: bool = False) -> None:
-        """Write ``epoch``'s resumable checkpoint (``rng_states``: one per rank); with ``best``
-        the model is also kept as the run's best. ``meta``: :meth:`fingerprint`."""
-        checkpoint.write(self.path / CHECKPOINT, epoch, model, meta, optimizer, rng_states)
+             rng_states: list[dict[str, Any]], meta: dict[str, Any], best: bool = False,
+             record: Optional[dict[str, Any]] = None) -> None:
+        """Write ``epoch``'s resumable checkpoint (``rng_states``: one per rank; ``record``: the
+        epoch's metrics line, restored if metrics.jsonl lost it); with ``best`` the model is
+        also kept as the run's best. ``meta``: :meth:`fingerprint`."""
+        checkpoint.write(self.path / CHECKPOINT, epoch, model, meta, optimizer, rng_states,
+                         record)
         if best:
             checkpoint.write(self.path / BEST, epoch, model, meta)
 
+    def check_space(self, model: torch.nn.Module) -> None:
+        """Refuse, before the first epoch, a run whose checkpoints cannot fit: the last one
+        (weights and Adam's two moments), the best model, and the new copy written beside the
+        old before it replaces it."""
+        weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        check_free_space(self.path, 2 * 3 * weights + weights + (1 << 20), "the checkpoints")
+
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                rank: int) -> int:
+                rank: int) -> tuple[int, Optional[dict[str, Any]]]:
         """Load the last checkpoint into ``model``, ``optimizer`` and this rank's RNG; return
-        the next epoch (1 without a checkpoint)."""
+        the next epoch (1 without a checkpoint) and the checkpointed epoch's metrics record."""
         ckpt = self.checkpoint("last")
         if ckpt is None:
-            return 1
-        return checkpoint.restore(ckpt, self.path / CHECKPOINT, model, optimizer, rank)
+            return 1, None
+        return (checkpoint.restore(ckpt, self.path / CHECKPOINT, model, optimizer, rank),
+                ckpt.get("record"))
 
     def load_weights(self, model: torch.nn.Module, which: str = "best") -> int:
         """Load the ``best`` (falling back to ``last`` when no best was kept) or ``last``
@@ -189,6 +293,74 @@ class RunFolder:
                 raise UserError(f"{self.path / CHECKPOINT}: {action}: the checkpoint was "
                                 f"trained with {key}={recorded.get(key, '(default)')}, now "
                                 f"{fingerprint.get(key, '(default)')}")
+
+
+class RunLock:
+    """A run folder's lock: an exclusive ``flock`` on :data:`LOCK`, held by the job's launcher
+    until it ends (the kernel drops it when the process dies, however it dies); the file names
+    the holder (pid, host, action, start time), so a refusal can say which job, and a lock left
+    by a dead job is taken over with a notice."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: Optional[int] = None
+
+    def acquire(self, action: str) -> None:
+        """Take the lock for ``action`` or raise a one-line UserError naming the live holder."""
+        with storage_errors(self.path, "the run folder's lock"):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe(_read_owner(fd))
+            os.close(fd)
+            raise UserError(f"{self.path.parent}: {action}: the run folder is in use by a live "
+                            f"job ({holder}); wait for it to end or stop it first") from None
+        stale = _read_owner(fd)
+        if stale:
+            print(f"dsgraph: {self.path.parent}: taking over the lock of a job that is gone "
+                  f"({_describe(stale)})", file=sys.stderr)
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "action": action,
+                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        with storage_errors(self.path, "the run folder's lock"):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(owner).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Empty the holder record (an empty lock file is not stale) and unlock."""
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+        except OSError:  # a full or read-only disk: the next job reports a stale lock instead
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+# The run folders whose lock this process holds: [the lock, how many lock() calls hold it].
+_HELD: dict[Path, list] = {}
+
+
+def _read_owner(fd: int) -> dict[str, Any]:
+    try:
+        owner = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _describe(owner: dict[str, Any]) -> str:
+    if not owner:
+        return "holder unknown"
+    return (f"{owner.get('action', 'a job')}, pid {owner.get('pid')} on {owner.get('host')}, "
+            f"started {owner.get('started')}")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def run_fingerprint(cfg: config_mod.Config, prepared: Any = None) -> dict[str, Any]:

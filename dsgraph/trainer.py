@@ -196,9 +196,12 @@ class Trainer:
                                           weight_decay=cfg.train.weight_decay)
         # Training streams differ per rank; a resumed run then restores them.
         checkpoint.seed_everything(checkpoint.epoch_seed(cfg.train.seed, 0, self.rank))
-        start = (self.run_folder.restore(self.model, self.optimizer, self.rank)
-                 if self.resume else 1)
-        log = MetricsLog(self.run_dir, resume_epoch=start - 1) if self.rank == 0 else None
+        start, resumed = (self.run_folder.restore(self.model, self.optimizer, self.rank)
+                          if self.resume else (1, None))
+        log = None
+        if self.rank == 0:
+            self.run_folder.check_space(self.model)  # refuse now, not at the first checkpoint
+            log = MetricsLog(self.run_dir, resume_epoch=start - 1, resume_record=resumed)
         for hook in self.hooks:  # before the RSS reading: a hook may page in or reset memory
             hook.on_ready(self)
         self.loaded_rss_mb = rss_mb()
@@ -225,7 +228,7 @@ class Trainer:
                 best = self._is_best(log.records(), record)
                 log.epoch(record)
                 self.run_folder.save(epoch, self.model, self.optimizer, rng,
-                                     self.run_folder.fingerprint(cfg), best=best)
+                                     self.run_folder.fingerprint(cfg), best=best, record=record)
                 self._print(f"epoch {epoch}: " + ", ".join(
                     f"{k} {format_value(record[k])}" for k in _LINE_KEYS if k in record))
         if self._bar is not None:

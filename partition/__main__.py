@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dsgraph import config as config_mod
 from dsgraph.errors import UserError, cli_main
+from dsgraph.fsutil import storage_error
 from dsgraph.partition.integrity import verify_partitions
 from dsgraph.partition.meta import partition_source
 
@@ -51,14 +52,14 @@ def main(argv: list[str] | None = None) -> None:
     if out.exists() and not force:  # --if-missing and a partition JSON is there
         try:
             verify_partitions(part_json, cfg)
+            stats = read_stats(out)
         except UserError as exc:
             print(f"rebuilding {out}: {exc}", flush=True)
             force = True
         else:
             print(f"partitions already in {out} (use --force to rebuild)")
-            stats_path = out / "partition_stats.json"
-            if stats_path.is_file():
-                print("\n".join(summary_lines(json.loads(stats_path.read_text()))))
+            if stats is not None:
+                print("\n".join(summary_lines(stats)))
             return
 
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -78,11 +79,24 @@ def main(argv: list[str] | None = None) -> None:
                                balance_edges=p.balance_edges, extra_stats={"source": source},
                                source=source)
     except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
-        raise UserError(f"{out}: cannot write the partition files: "
-                        f"{exc.strerror or exc}") from None
-    stats = json.loads((path.parent / "partition_stats.json").read_text())
-    print("\n".join(summary_lines(stats)))
+        raise storage_error(exc, out / p.graph_name, "the partition files") from None
+    stats = read_stats(out)
+    if stats is not None:
+        print("\n".join(summary_lines(stats)))
     print(f"wrote {path}")
+
+
+def read_stats(out: Path) -> dict | None:
+    """``out/partition_stats.json`` (None if absent); unreadable or cut short: a UserError."""
+    path = out / "partition_stats.json"
+    if not path.is_file():
+        return None
+    try:
+        stats = json.loads(path.read_text())
+        summary_lines(stats)  # every key the summary needs is there
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: unreadable ({type(exc).__name__}: {str(exc)[:100]})") from None
+    return stats
 
 
 def refuse_foreign_folder(out: Path) -> None:

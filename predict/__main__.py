@@ -40,18 +40,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best",
                         help="the best-validation model (default) or the last epoch's")
     args = parser.parse_args(argv)
-    run = RunFolder.finished(args.run)
-    cfg = run.config()
-    out = check_out_path(args.out or run.path / "predictions.npz")
-    task_class(cfg.task).check_outputs(
-        args.embeddings, probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
-    strategy = strategy_class(cfg.train.mode)
-    prepared = strategy.prepare(cfg)
-    run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
-    job = run.job_dir(JOB_DIR)  # the logs of an earlier prediction job go
-    args_ = ["--run", str(run.path.resolve()), "--out", str(out), "--checkpoint",
-             args.checkpoint, *(["--embeddings"] if args.embeddings else [])]
-    strategy.launch(cfg, job, prepared, WORKER, args_, name="predict")
+    run = RunFolder.finished(args.run)  # locked: a training job writing it is refused
+    try:
+        cfg = run.config()
+        out = check_out_path(args.out or run.path / "predictions.npz")
+        task_class(cfg.task).check_outputs(
+            args.embeddings,
+            probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
+        strategy = strategy_class(cfg.train.mode)
+        prepared = strategy.prepare(cfg)
+        run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
+        run.checkpoint(args.checkpoint)  # a corrupt file is refused before any process starts
+        job = run.job_dir(JOB_DIR)  # the logs of an earlier prediction job go
+        args_ = ["--run", str(run.path.resolve()), "--out", str(out), "--checkpoint",
+                 args.checkpoint, *(["--embeddings"] if args.embeddings else [])]
+        strategy.launch(cfg, job, prepared, WORKER, args_, name="predict")
+    finally:
+        run.unlock()
     print(f"wrote {out}")
 
 

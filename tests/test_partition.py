@@ -1,6 +1,7 @@
 """Partition files: round trip through stock DGL loaders, halos, stats, CLI, atomic output."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import torch
 
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
-from dsgraph.errors import UserError
+from dsgraph.errors import StorageError, UserError
 from dsgraph.partition import orig_ids, partition_graph, read_meta, write_partitions
 from dsgraph.partition.integrity import verify_files
 
@@ -276,11 +277,17 @@ def failing_save_graphs(monkeypatch, exc: BaseException, after: int = 1) -> None
     monkeypatch.setattr(dgl, "save_graphs", save)
 
 
-@pytest.mark.parametrize("exc", [OSError("No space left on device"), KeyboardInterrupt()])
-def test_interrupted_write_leaves_no_output_and_no_temp(graph, tmp_path, monkeypatch, exc):
+@pytest.mark.parametrize("exc, raised", [
+    (OSError(errno.ENOSPC, "No space left on device"), StorageError),
+    (KeyboardInterrupt(), KeyboardInterrupt)])
+def test_interrupted_write_leaves_no_output_and_no_temp(graph, tmp_path, monkeypatch, exc,
+                                                        raised):
     failing_save_graphs(monkeypatch, exc)
-    with pytest.raises(type(exc)):
+    with pytest.raises(raised) as info:
         partition_graph(graph, 4, tmp_path / "out", method="random")
+    if raised is StorageError:  # one line naming the folder and the cause
+        assert str(info.value).startswith(f"{tmp_path / 'out'}: cannot write the partition files")
+        assert "ENOSPC" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -478,3 +485,25 @@ def test_files_match_stock_dgl_layout(graph, partitioned, tmp_path):
     nf_stock = dgl.data.utils.load_tensors(str(stock_dir / "part0" / "node_feat.dgl"))
     assert set(nf_stock) | {"_N/orig_id"} == set(nf_ours)
     assert all(nf_ours[k].dtype == nf_stock[k].dtype for k in nf_stock)
+
+
+def test_a_disk_filling_up_while_the_files_are_written_is_one_line(graph, tmp_path,
+                                                                      monkeypatch):
+    import contextlib
+
+    from benchmarks.misuse import Skip, tmpfs
+    from dsgraph.partition import build, format as fmt
+
+    with contextlib.ExitStack() as stack:
+        try:
+            disk = stack.enter_context(tmpfs(tmp_path / "disk", "64k"))
+        except Skip as exc:
+            pytest.skip(str(exc))
+        # past the free-space estimate (as if another writer took the space meanwhile)
+        for module in (build, fmt):
+            monkeypatch.setattr(module, "check_free_space", lambda *a, **k: None)
+        with pytest.raises(StorageError) as info:
+            partition_graph(graph, 2, disk / "out", method="random")
+        assert str(info.value).startswith(f"{disk}: cannot write the partition files of ")
+        assert "no space left on the device" in str(info.value)
+        assert list(disk.iterdir()) == []

@@ -289,3 +289,140 @@ def test_a_job_end_removes_every_orphaned_temp_in_its_run_folder(tmp_path):
     removed = remove_orphaned_temps_in(tmp_path)
     assert sorted(removed) == sorted(orphans + [tmp_path / f".embeddings.{dead}.q9.tmp"])
     assert not any(p.exists() for p in removed) and all(p.exists() for p in keep)
+
+
+# --- one job per folder, checksums, links, storage -----------------------------------------
+
+_HOLDER = """
+import sys, time
+from dsgraph.runs import RunFolder
+RunFolder(sys.argv[1]).lock("train")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_folder_locked_by_a_live_process_is_refused_naming_it(tmp_path):
+    import subprocess
+    import sys
+
+    run = _create(_cfg(tmp_path))
+    RunFolder(run).unlock()  # as a new launcher: this process holds no lock
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = sorted(p.name for p in run.iterdir())
+        for kwargs in ({"force": True}, {"resume": True}):
+            with pytest.raises(UserError, match=rf"{run}: --\w+: the run folder is in use by a "
+                                                rf"live job \(train, pid {holder.pid} on "):
+                _create(_cfg(tmp_path), **kwargs)
+        assert sorted(p.name for p in run.iterdir()) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    _create(_cfg(tmp_path), force=True)  # its lock went with it
+
+
+def test_a_dead_holders_lock_is_taken_over_with_a_notice(tmp_path, capsys):
+    run = _create(_cfg(tmp_path))
+    RunFolder(run).unlock()
+    (run / runs.LOCK).write_text('{"pid": 4194000, "host": "h", "action": "train"}')
+    _create(_cfg(tmp_path), force=True)
+    assert "taking over the lock of a job that is gone (train, pid 4194000 on h" in \
+        capsys.readouterr().err
+    RunFolder(run).unlock()
+    assert (run / runs.LOCK).read_text() == ""  # released: not stale for the next job
+
+
+def test_no_changed_byte_of_a_checkpoint_changes_what_is_loaded(tmp_path):
+    """Each byte flipped in turn: refused with one line naming the file, or (a byte of the zip
+    container that no reader uses: a local header's time stamp, padding) read back unchanged;
+    every flip inside the payload is a checksum mismatch."""
+    from dsgraph.errors import IntegrityError
+
+    path = tmp_path / "c.pt"
+    checkpoint.write(path, 1, nn.Linear(3, 2), {"k": "v"}, record={"epoch": 1, "loss": 0.5})
+    good = path.read_bytes()
+    ref = checkpoint.read(path)
+    payload = torch.load(path, weights_only=True)["data"].numpy().tobytes()  # checksummed
+    start = good.find(payload)
+    assert start > 0
+    mismatches = 0
+    for at in range(len(good)):
+        bad = bytearray(good)
+        bad[at] ^= 0x10
+        path.write_bytes(bytes(bad))
+        try:
+            got = checkpoint.read(path)
+        except IntegrityError:
+            mismatches += 1
+            continue
+        except UserError as exc:
+            assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+            continue
+        assert not start <= at < start + len(payload), at
+        assert got["epoch"] == 1 and got["meta"] == ref["meta"] and got["record"] == ref["record"]
+        assert all(torch.equal(got["model"][k], v) for k, v in ref["model"].items())
+    assert mismatches >= len(payload)
+
+
+def test_an_edited_summary_is_refused_and_a_rewritten_one_verifies(tmp_path):
+    from dsgraph.errors import IntegrityError
+    from dsgraph.metrics import update_summary, write_summary
+
+    write_summary(tmp_path, {"test_acc": 0.5})
+    update_summary(tmp_path, wall_s=3.0)
+    assert read_summary(tmp_path) == {"test_acc": 0.5, "wall_s": 3.0}
+    path = tmp_path / "metrics.json"
+    path.write_text(path.read_text().replace("0.5", "0.9"))
+    with pytest.raises(IntegrityError, match=rf"{path}: checksum mismatch"):
+        read_summary(tmp_path)
+
+
+def test_symlinked_run_folders_are_never_used_or_replaced(tmp_path):
+    real = _create(_cfg(tmp_path))
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    for kwargs in ({"force": True}, {"resume": True}, {}):
+        with pytest.raises(UserError, match=rf"{link}: (--)?\w+: is a symbolic link"):
+            _create(_cfg(tmp_path), link, **kwargs)
+    assert (real / "config.yaml").is_file() and link.is_symlink()
+    # a linked job folder inside the run is unlinked, never followed into deletion
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    (real / "predictions_job").symlink_to(outside)
+    job = RunFolder(real).job_dir("predictions_job")
+    assert job.is_dir() and not job.is_symlink() and (outside / "keep").is_file()
+
+
+def test_a_resume_restores_the_checkpointed_epochs_record(tmp_path):
+    from dsgraph.metrics import MetricsLog
+
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "loss": 2.0}\n{"epoch": 2, "lo')
+    MetricsLog(tmp_path, resume_epoch=2, resume_record={"epoch": 2, "loss": 1.5})
+    assert read_records(tmp_path) == [{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.5}]
+    # an intact line is kept as it is
+    MetricsLog(tmp_path, resume_epoch=2, resume_record={"epoch": 2, "loss": 9.0})
+    assert read_records(tmp_path)[-1] == {"epoch": 2, "loss": 1.5}
+
+
+def test_a_refused_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch):
+    import errno
+
+    from dsgraph.errors import StorageError
+    from dsgraph.fsutil import atomic_write_text
+
+    path = tmp_path / "f.txt"
+    atomic_write_text(path, "old")
+
+    for code, says in ((errno.ENOSPC, r"no space left on the device \(ENOSPC\)"),
+                       (errno.EROFS, r"read-only \(EROFS\)"), (errno.EDQUOT, "quota"),
+                       (errno.EACCES, "permission denied")):
+        monkeypatch.setattr(os, "replace", lambda *a, c=code: (_ for _ in ()).throw(
+            OSError(c, os.strerror(c))))
+        with pytest.raises(StorageError, match=rf"^{tmp_path}: cannot write f.txt: .*{says}"):
+            atomic_write_text(path, "new")
+    monkeypatch.undo()
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]

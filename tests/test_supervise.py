@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -216,3 +217,199 @@ def test_a_port_in_use_in_the_ip_config_is_one_line_naming_port_and_setting(tmp_
             read_ip_config(str(path), 1, 1)
     msg = str(info.value)
     assert f"port {port}" in msg and "cluster.ip_config" in msg and str(path) in msg
+
+
+# --- hangs: a stopped process, a silent heartbeat -------------------------------------------
+
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until the kernel shows it stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.time() + 5
+    while time.time() < deadline and psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_process_is_named_within_heartbeat_s_and_every_process_ends(tmp_path):
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=60, heartbeat_s=2.0, grace_s=3.0) as sup:
+            peer = sup.spawn("trainer0", ["sleep", "60"], dict(os.environ))
+            stopped = sup.spawn("server1", ["sleep", "60"], dict(os.environ))
+            _stop(stopped.popen.pid)
+            t0 = time.monotonic()
+            sup.wait()
+    took = time.monotonic() - t0
+    msg = str(info.value)
+    assert re.match(rf"process server1 \(pid {stopped.popen.pid}\) made no progress for [2-4] s: "
+                    rf"it is stopped", msg), msg
+    assert str(tmp_path / "server1.log") in msg and "\n" not in msg
+    assert 2.0 <= took < 5.0, took
+    assert _wait_dead([peer.popen.pid, stopped.popen.pid], 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_process_whose_heartbeat_goes_silent_is_named(tmp_path):
+    beats_then_hangs = 'for i in 1 2 3; do touch "$DSGRAPH_HEARTBEAT"; sleep 0.3; done; sleep 60'
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=60, heartbeat_s=2.0, grace_s=3.0) as sup:
+            # never beats: a process not yet started (or with no heartbeat) is judged by state
+            quiet = sup.spawn("worker0", ["sleep", "60"], dict(os.environ))
+            hung = sup.spawn("worker1", ["sh", "-c", beats_then_hangs], dict(os.environ))
+            t0 = time.monotonic()
+            sup.wait()
+    took = time.monotonic() - t0
+    msg = str(info.value)
+    assert re.match(rf"process worker1 \(pid {hung.popen.pid}\) made no progress for [2-4] s: "
+                    rf"its heartbeat \(worker1.heartbeat\) is silent; cluster.heartbeat_s = 2;",
+                    msg), msg
+    assert "stopped" not in msg and "\n" not in msg
+    assert took < 5.0, took
+    assert _wait_dead([quiet.popen.pid, hung.popen.pid], 1)
+    assert not list(tmp_path.glob("*.heartbeat"))  # gone with their processes
+
+
+@pytest.mark.timeout(60)
+def test_a_job_process_beats_while_it_works(tmp_path):
+    """run_process_main beats from a thread while its main thread is busy elsewhere."""
+    main = ("import time; from dsgraph.cluster.worker import run_process_main; "
+            "run_process_main(time.sleep, 4)")
+    with Supervisor(tmp_path, timeout_s=50, heartbeat_s=1.0) as sup:
+        p = sup.spawn("worker0", [sys.executable, "-c", main],
+                      dict(os.environ, PYTHONPATH=str(ROOT)))
+        beats: set[float] = set()
+        deadline = time.time() + 30
+        while time.time() < deadline and len(beats) < 3 and p.popen.poll() is None:
+            if p.beat.exists():
+                beats.add(p.beat.stat().st_mtime)
+            time.sleep(0.05)
+        assert len(beats) >= 3  # every heartbeat_s / 4
+        sup.wait()
+        assert p.popen.returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_ends_a_stopped_process_group_within_the_grace_period(tmp_path):
+    with Supervisor(tmp_path, timeout_s=60, grace_s=3.0) as sup:
+        p = sup.spawn("server0", ["sh", "-c", "sleep 60 & wait"], dict(os.environ))
+        deadline = time.time() + 10
+        while time.time() < deadline and not psutil.Process(p.popen.pid).children():
+            time.sleep(0.05)
+        group = [p.popen.pid] + [c.pid for c in psutil.Process(p.popen.pid).children()]
+        assert len(group) == 2
+        os.killpg(p.popen.pid, signal.SIGSTOP)  # the whole group, as Ctrl-Z does
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 3.0  # SIGTERM reached them: no SIGKILL needed
+    assert _wait_dead(group, 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_timeout_is_blamed_on_the_stopped_peer_not_the_process_reporting_it(tmp_path):
+    timed_out = ("sleep 1; echo 'RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+                 "unbound_buffer.cc:81] Timed out waiting 60000ms for recv operation' >&2; exit 1")
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=60, heartbeat_s=60.0) as sup:
+            stopped = sup.spawn("worker1", ["sleep", "60"], dict(os.environ))
+            _stop(stopped.popen.pid)
+            sup.spawn("worker0", ["sh", "-c", timed_out], dict(os.environ))
+            sup.wait()
+    msg = str(info.value)
+    assert msg.startswith("process worker1") and "stopped" in msg, msg
+
+
+@pytest.mark.timeout(60)
+def test_the_job_timeout_names_the_stopped_process_even_with_heartbeats_off(tmp_path):
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=2.0, heartbeat_s=0.0, grace_s=2.0) as sup:
+            sup.spawn("worker0", ["sleep", "60"], dict(os.environ))
+            stopped = sup.spawn("worker1", ["sleep", "60"], dict(os.environ))
+            _stop(stopped.popen.pid)
+            sup.wait()
+    msg = str(info.value)
+    assert msg.startswith("job timed out after 2 s; process worker1") and "stopped" in msg, msg
+
+
+# --- the console: rank 0's output without its tracebacks ------------------------------------
+
+RANK0_OUTPUT = (
+    b"epoch 1: loss 0.51 val_acc 0.40\n"
+    b"\r 10%|#         | 1/10 [00:01<00:09]\r 20%|##        | 2/10 [00:02<00:08]"
+    b"Traceback (most recent call last):\n"  # tqdm ends no line: right after the bar
+    b'  File "train/worker.py", line 45, in <module>\n'
+    b"    run_process_main(main)\n"
+    b"    ^^^^^^^^^^^^^^^^^^^^^^\n"
+    b"ValueError: first\n"
+    b"\n"
+    b"The above exception was the direct cause of the following exception:\n"
+    b"\n"
+    b"Traceback (most recent call last):\n"
+    b'  File "dsgraph/trainer.py", line 9, in run\n'
+    b"torch.distributed.DistBackendError: [../gloo/pair.cc:534] Connection closed by peer\n"
+    b"Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:672 (most "
+    b"recent call first):\n"
+    b"frame #0: c10::Error::Error(c10::SourceLocation) + 0x57 (0x7f in libc10.so)\n"
+    b"epoch 2: loss 0.44 val_acc 0.52\n"
+    b"dgl._ffi.base.DGLError: [12:00:01] /opt/dgl/src/rpc/rpc.cc:100: Check failed: x\n"
+    b"Stack trace:\n"
+    b"  [bt] (0) libdgl.so(+0x1234)\n"
+    b" 30%|###       | 3/10")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_the_console_filter_drops_traceback_blocks_and_keeps_progress_and_epoch_lines(chunk):
+    from dsgraph.cluster.supervise import TracebackFilter
+    shown = TracebackFilter()
+    out = b"".join(shown.feed(RANK0_OUTPUT[i:i + chunk])
+                   for i in range(0, len(RANK0_OUTPUT), chunk)) + shown.flush()
+    assert out == (b"epoch 1: loss 0.51 val_acc 0.40\n"
+                   b"\r 10%|#         | 1/10 [00:01<00:09]\r 20%|##        | 2/10 [00:02<00:08]"
+                   b"epoch 2: loss 0.44 val_acc 0.52\n"
+                   b"dgl._ffi.base.DGLError: [12:00:01] /opt/dgl/src/rpc/rpc.cc:100: "
+                   b"Check failed: x\n"
+                   b"Stack trace:\n"
+                   b"  [bt] (0) libdgl.so(+0x1234)\n"
+                   b" 30%|###       | 3/10")
+
+
+def test_a_progress_bar_is_echoed_before_its_line_ends():
+    from dsgraph.cluster.supervise import TracebackFilter
+    shown = TracebackFilter()
+    assert shown.feed(b"\r 40%|####") == b"\r 40%|####"
+    assert shown.feed(b"      | 4/10]") == b"      | 4/10]"
+    assert shown.feed(b"Trace") == b""  # perhaps a traceback: held until that is clear
+    assert shown.feed(b"back (most recent call last):\n  File\nKeyError: 1\nepoch 5:\n") == \
+        b"epoch 5:\n"
+    assert shown.feed(b"\r 50%|#####") == b"\r 50%|#####"
+    assert shown.feed(b"Trade") == b"Trade"
+
+
+@pytest.mark.timeout(60)
+def test_an_echoed_process_traceback_stays_in_its_log_not_on_the_console(tmp_path, capfd):
+    script = ("import sys, time; print('epoch 1: loss 0.5', flush=True); "
+              "sys.stderr.write(' 50%|#####     | 1/2\\r'); sys.stderr.flush(); time.sleep(0.2); "
+              "raise ValueError('boom')")
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=30) as sup:
+            sup.spawn("trainer0", [sys.executable, "-c", script], dict(os.environ), echo=True)
+            sup.wait()
+    err = capfd.readouterr().err
+    assert "epoch 1: loss 0.5" in err and "50%|#####" in err
+    assert "Traceback" not in err and "boom" not in err
+    log = (tmp_path / "trainer0.log").read_text()
+    assert "Traceback (most recent call last)" in log and "ValueError: boom" in log
+    assert "ValueError: boom" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_what_an_echoed_process_says_while_it_is_stopped_stays_off_the_console(tmp_path, capfd):
+    dying = "trap 'echo dying noise; exit 1' TERM; echo 'epoch 1: up'; sleep 60 & wait"
+    with pytest.raises(JobFailed, match="process worker1"):
+        with Supervisor(tmp_path, timeout_s=30) as sup:
+            sup.spawn("worker0", ["sh", "-c", dying], dict(os.environ), echo=True)
+            deadline = time.time() + 10
+            while time.time() < deadline and "up" not in (tmp_path / "worker0.log").read_text():
+                time.sleep(0.05)
+            sup.spawn("worker1", ["sh", "-c", "exit 3"], dict(os.environ))
+            sup.wait()
+    err = capfd.readouterr().err
+    assert "epoch 1: up" in err and "dying noise" not in err
+    assert "dying noise" in (tmp_path / "worker0.log").read_text()

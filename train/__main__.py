@@ -68,8 +68,11 @@ def main(argv: list[str] | None = None) -> None:
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
     prepared = strategy_class(cfg.train.mode).prepare(cfg)
     run = RunFolder.create(cfg, args.out, args.resume, args.force, run_fingerprint(cfg, prepared))
-    launch(cfg, run, args.resume, prepared=prepared)
-    plot_curves(run.path)
+    try:
+        launch(cfg, run, args.resume, prepared=prepared)
+        plot_curves(run.path)
+    finally:
+        run.unlock()
     print_summary(run.path)
 
 

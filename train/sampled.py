@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
+from dsgraph.config.limits import short_repr
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.distgraph.evaluate import node_outputs, split_metrics
 from dsgraph.distgraph.features import CachedFeatures
@@ -48,8 +49,8 @@ def check_fanouts(cfg: Config, model: nn.Module) -> None:
     """One fanout per message-passing layer (when the model says how many it has)."""
     fanouts, layers = cfg.sampled.fanouts, layer_count(model)
     if layers is not None and len(fanouts) != layers:
-        raise ConfigError(f"{cfg.source}: sampled.fanouts: {fanouts} samples {len(fanouts)} "
-                          f"layer(s) but model {cfg.model.name!r} has {layers} "
+        raise ConfigError(f"{cfg.source}: sampled.fanouts: {short_repr(fanouts)} samples "
+                          f"{len(fanouts)} layer(s) but model {cfg.model.name!r} has {layers} "
                           f"(model.args.num_layers); give one fanout per layer")
 
 
@@ -70,8 +71,9 @@ class FanoutBlocks(list):
 
 def _fanouts_message(cfg: Config, what: str) -> str:
     fanouts = cfg.sampled.fanouts
-    return (f"{cfg.source}: sampled.fanouts: {fanouts} gives {len(fanouts)} block(s) per "
-            f"mini-batch but model {cfg.model.name!r} {what}; give one fanout per model layer")
+    return (f"{cfg.source}: sampled.fanouts: {short_repr(fanouts)} gives {len(fanouts)} "
+            f"block(s) per mini-batch but model {cfg.model.name!r} {what}; give one fanout per "
+            f"model layer")
 
 
 class SampledStrategy(Strategy):

@@ -75,7 +75,8 @@ class Launcher:
         self.cluster = cluster
         self.python = cluster.python or sys.executable
         self.supervisor = Supervisor(Path(run_dir) / "logs", timeout_s, shm_token=shm_token,
-                                     snapshot_shm=snapshot_shm, run_dir=Path(run_dir))
+                                     snapshot_shm=snapshot_shm, run_dir=Path(run_dir),
+                                     heartbeat_s=cluster.heartbeat_s)
 
     def __enter__(self) -> "Launcher":
         reclaim_shared_memory()
@@ -87,15 +88,22 @@ class Launcher:
 
     def start(self, machine: Machine, name: str, python_args: Sequence[str], env: dict[str, str],
               required: bool = True, echo: bool = False) -> None:
-        """Run ``python *python_args`` on ``machine`` with ``env`` added to :func:`base_env`."""
+        """Run ``python *python_args`` on ``machine`` with ``env`` added to :func:`base_env`.
+
+        Its heartbeat is watched where its file is this host's: here and in a network namespace
+        (which shares the filesystem), not over ssh."""
         env = {**base_env(self.cluster), **env}
         argv = [self.python, *python_args]
+        beats_here = machine.is_local or bool(self.cluster.netns)
         if not machine.is_local:
             # gloo must bind the interface that holds this host's address, not loopback
             env.pop("GLOO_SOCKET_IFNAME", None)
             env["DSGRAPH_HOST_IP"] = machine.ip
+            if beats_here:  # the wrapped command carries its own environment
+                env.update(self.supervisor.heartbeat_env(name))
             argv = remote_argv(machine, self.cluster, argv, env)
-        self.supervisor.spawn(name, argv, env, required=required, echo=echo)
+        self.supervisor.spawn(name, argv, env, required=required, echo=echo,
+                              beats=beats_here)
 
     def wait(self) -> dict[str, float]:
         """Wait for every required process (raise JobFailed on a fault); peak RSS per process."""

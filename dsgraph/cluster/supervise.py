@@ -1,5 +1,9 @@
 """Supervisor: every process of a job in its own process group, one log each; the first failure,
-a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-memory segments.
+a hang, a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-memory segments.
+
+A hang is a live process that made no progress for ``heartbeat_s``: stopped (SIGSTOP, a
+debugger) or its heartbeat silent (:mod:`.heartbeat`); it is named as the job's fault. Rank 0's
+output is echoed to the console without its traceback blocks (the log keeps everything).
 
 However the launcher itself ends, its processes end with it: each gets the parent-death signal
 (:mod:`.lifeline`), and a reaper process (:mod:`.reaper`) kills what is left and removes the
@@ -19,11 +23,13 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from dsgraph.cluster import lifeline, shm
+from dsgraph.cluster import heartbeat, lifeline, shm
 from dsgraph.errors import JobFailed, UserError
 from dsgraph.procstats import peak_rss_mb
 
 SHM_DIR = shm.SHM_DIR
+# How often the supervisor looks for processes that make no progress.
+_CHECK_EVERY_S = 0.5
 
 # A process that failed because a peer did: its collective or RPC connection broke, or it timed
 # out waiting. Such an error is never the cause when another process failed on its own.
@@ -46,6 +52,18 @@ class Proc:
     log: Path
     required: bool  # the job is done when every required process has exited 0
     ended: float | None = field(default=None)  # wall-clock time its exit was first seen
+    beat: Path | None = field(default=None)  # its heartbeat file (None: it does not beat here)
+    stopped_since: float | None = field(default=None)  # wall-clock time first seen stopped
+    hush: threading.Event | None = field(default=None)  # set: its echo stops (the log goes on)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A live process making no progress: for how long, and why."""
+
+    proc: Proc
+    seconds: float
+    stopped: bool  # stopped (SIGSTOP, a debugger) rather than only silent
 
 
 class ProcessUserError(UserError):
@@ -82,6 +100,11 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def _peer_failure(p: Proc) -> bool:
+    """Whether exited process ``p`` failed only because a peer did (its log's cause says so)."""
+    return _PEER_ERROR.search(log_cause(p.log)) is not None
+
+
 def _terminate_handler(signum, frame):  # SIGTERM behaves like Ctrl-C in the launcher
     raise KeyboardInterrupt
 
@@ -95,11 +118,15 @@ class Supervisor:
 
     def __init__(self, log_dir: Path, timeout_s: float, shm_token: str | None = None,
                  grace_s: float = 5.0, snapshot_shm: bool = False, settle_s: float = 1.0,
-                 reaper: bool = True, run_dir: Path | None = None) -> None:
+                 reaper: bool = True, run_dir: Path | None = None,
+                 heartbeat_s: float = 0.0) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s, self.grace_s, self.shm_token = timeout_s, grace_s, shm_token
         self.settle_s = settle_s
+        self.heartbeat_s = heartbeat_s  # 0: hangs are not watched for (only named on a fault)
+        self._checked = time.time()  # the last look at the processes' progress
+        self._judge_from = self._checked  # silence before this moment is not held against anyone
         self.procs: list[Proc] = []
         self.peak_rss_mb: dict[str, float] = {}
         self.start = time.monotonic()
@@ -160,15 +187,31 @@ class Supervisor:
 
     # --- processes ------------------------------------------------------------------------
 
+    def heartbeat_env(self, name: str) -> dict[str, str]:
+        """The environment that makes process ``name`` beat into its heartbeat file (empty when
+        hangs are not watched for); :meth:`spawn` adds it, a wrapper command must carry it."""
+        if self.heartbeat_s <= 0:
+            return {}
+        return heartbeat.env_for(self._beat_path(name), self.heartbeat_s)
+
+    def _beat_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}{heartbeat.SUFFIX}"
+
     def spawn(self, name: str, argv: Sequence[str], env: dict[str, str], required: bool = True,
-              cwd: str | None = None, echo: bool = False) -> Proc:
+              cwd: str | None = None, echo: bool = False, beats: bool = True) -> Proc:
         """Start ``argv`` in a new session (own process group), output to ``<log_dir>/<name>.log``.
 
-        ``echo`` also copies the output to this process's stderr (rank 0's progress bar).
+        ``echo`` also copies the output to this process's stderr (rank 0's progress bar), less
+        traceback blocks. ``beats``: the process can write its heartbeat file here (it runs
+        on this host or shares its filesystem); a silent one is then a hang.
         The process dies with this one (parent-death signal, and the reaper).
         """
         log = self.log_dir / f"{name}.log"
         env = {**env, lifeline.ENV_LIFELINE: "1"}
+        beat = self._beat_path(name) if beats and self.heartbeat_s > 0 else None
+        if beat is not None:
+            beat.unlink(missing_ok=True)  # an earlier run's beats are not this process's
+            env.update(self.heartbeat_env(name))
         with log.open("ab") as fh:
             popen = subprocess.Popen(list(argv), env=env, cwd=cwd,
                                      stdout=subprocess.PIPE if echo else fh,
@@ -176,12 +219,13 @@ class Supervisor:
                                      start_new_session=True,
                                      preexec_fn=partial(lifeline.child_setup, os.getpid()))
         self._tell_reaper(f"pid {popen.pid}")
+        proc = Proc(name, popen, log, required, beat=beat,
+                    hush=threading.Event() if echo else None)
         if echo:
-            t = threading.Thread(target=_tee, args=(popen.stdout, log, self._echo),
+            t = threading.Thread(target=_tee, args=(popen.stdout, log, self._echo, proc.hush),
                                  daemon=True)
             t.start()
             self._threads.append(t)
-        proc = Proc(name, popen, log, required)
         self.procs.append(proc)
         return proc
 
@@ -217,8 +261,10 @@ class Supervisor:
     def wait(self, poll_s: float = 0.1) -> None:
         """Block until every required process exits 0; raise on the first fault.
 
-        The fault is the process that failed first on its own (see :meth:`culprit`); a process
-        that rejected the user's input (exit code 2 with an ``error:`` line) raises
+        The fault is the process that failed first on its own (see :meth:`culprit`), or a live
+        one that made no progress for ``heartbeat_s`` (see :meth:`stalls`; it is also preferred
+        to processes that only lost a peer, and named when the job times out); a process that
+        rejected the user's input (exit code 2 with an ``error:`` line) raises
         :class:`ProcessUserError`, anything else :class:`JobFailed`.
         """
         try:
@@ -233,17 +279,78 @@ class Supervisor:
                             any(p.popen.poll() is None for p in self.procs if p not in failed):
                         time.sleep(0.05)
                         failed = self._failed()
-                    raise self.describe(self.culprit(failed))
+                    raise self.blame(failed)
                 if all(p.popen.poll() is not None for p in self.procs if p.required):
                     return
+                if time.time() - self._checked >= _CHECK_EVERY_S:
+                    # (watching or not, when a process stopped is noted: a fault may name it)
+                    limit = self.heartbeat_s if self.heartbeat_s > 0 else float("inf")
+                    hung = self.stalls(limit, self.heartbeat_s)
+                    if hung:
+                        raise self.describe_stall(hung[0])
                 if time.monotonic() - self.start > self.timeout_s:
-                    alive = [p.name for p in self.procs if p.popen.poll() is None]
-                    raise JobFailed(f"job timed out after {self.timeout_s:g} s; still running: "
-                                    f"{', '.join(alive)}; log {self.procs[0].log}: "
-                                    f"{log_tail(self.procs[0].log)}")
+                    raise self._timed_out()
                 time.sleep(poll_s)
         except KeyboardInterrupt:
             raise JobFailed("job interrupted; all processes stopped") from None
+
+    def _timed_out(self) -> JobFailed:
+        head = f"job timed out after {self.timeout_s:g} s"
+        stuck = self.stalls(0.0, self.heartbeat_s / 2)
+        if stuck:  # what the rest waited for
+            return JobFailed(f"{head}; {self.describe_stall(stuck[0])}")
+        alive = [p.name for p in self.procs if p.popen.poll() is None]
+        return JobFailed(f"{head}; still running: {', '.join(alive)}; log {self.procs[0].log}: "
+                         f"{log_tail(self.procs[0].log)}")
+
+    def stalls(self, stopped_s: float, silent_s: float) -> list[Stall]:
+        """Live processes stopped for ``stopped_s`` or more, or whose heartbeat has been silent
+        for ``silent_s`` or more (0: not judged); the likeliest cause first: stopped ones, then
+        the longest without progress."""
+        now = time.time()
+        if now - self._checked > max(self.heartbeat_s / 4, 2.0):
+            # This process did not run for a while (the host slept, the launcher was stopped):
+            # beats that were due meanwhile are not late.
+            self._judge_from = now
+        self._checked = now
+        out = []
+        for p in self.procs:
+            if p.popen.poll() is not None:
+                continue
+            if heartbeat.is_stopped(p.popen.pid):
+                p.stopped_since = p.stopped_since or now
+            else:
+                p.stopped_since = None
+            stopped = now - p.stopped_since if p.stopped_since is not None else None
+            last = heartbeat.last_beat(p.beat) if p.beat is not None else None
+            # before its first beat a process is still starting (imports): only its state counts
+            silent = now - max(last, self._judge_from) if last is not None else 0.0
+            if (stopped is not None and stopped >= stopped_s) or 0 < silent_s <= silent:
+                out.append(Stall(p, max(stopped or 0.0, silent), stopped is not None))
+        return sorted(out, key=lambda s: (not s.stopped, -s.seconds))
+
+    def describe_stall(self, stall: Stall) -> JobFailed:
+        """The one-line error for a process that makes no progress."""
+        p = stall.proc
+        if stall.stopped:
+            why = "it is stopped (SIGSTOP, Ctrl-Z or a debugger)"
+        else:
+            why = (f"its heartbeat ({p.beat.name}) is silent; cluster.heartbeat_s = "
+                   f"{self.heartbeat_s:g}")
+        since = f" for {stall.seconds:.0f} s" if stall.seconds >= 1 else ""
+        return JobFailed(f"process {p.name} (pid {p.popen.pid}) made no progress{since}: {why}; "
+                         f"log {p.log}")
+
+    def blame(self, failed: list[Proc]) -> Exception:
+        """The error for a job in which ``failed`` processes exited non-zero: the
+        :meth:`culprit`'s, unless it only lost a peer while another process stopped making
+        progress (a stopped peer makes the others' collectives and RPCs time out)."""
+        p = self.culprit(failed)
+        if p.popen.returncode > 0 and _peer_failure(p):
+            stuck = self.stalls(0.0, self.heartbeat_s / 2)
+            if stuck:
+                return self.describe_stall(stuck[0])
+        return self.describe(p)
 
     @staticmethod
     def culprit(failed: list[Proc]) -> Proc:
@@ -254,7 +361,7 @@ class Supervisor:
             if p.popen.returncode < 0:
                 kind = 0
             else:
-                kind = 2 if _PEER_ERROR.search(log_cause(p.log)) else 1
+                kind = 2 if _peer_failure(p) else 1
             try:
                 when = min(p.ended or time.time(), p.log.stat().st_mtime) if kind else p.ended
             except OSError:
@@ -279,8 +386,13 @@ class Supervisor:
     def shutdown(self) -> None:
         """SIGTERM every live process group, SIGKILL after the grace period, clean /dev/shm."""
         live = [p for p in self.procs if p.popen.poll() is None]
+        for p in live:  # what a process says while it is being stopped is noise on the console
+            if p.hush is not None:
+                p.hush.set()
         for p in self.procs:  # children of exited leaders may still run in the group
             _signal_group(p.popen.pid, signal.SIGTERM)
+        for p in self.procs:  # a stopped process gets its SIGTERM only once it continues
+            _signal_group(p.popen.pid, signal.SIGCONT)
         deadline = time.monotonic() + self.grace_s
         for p in live:
             try:
@@ -302,6 +414,9 @@ class Supervisor:
             except (ValueError, OSError):
                 pass
             self._echo["mid_line"] = False
+        for p in self.procs:  # a beat means nothing once its process is gone
+            if p.beat is not None:
+                p.beat.unlink(missing_ok=True)
         shm.remove_token(self.shm_token)
         if self._shm_seen:
             shm.remove_unshared(self._shm_seen, exclude={os.getpid()})
@@ -316,18 +431,102 @@ def _light_env() -> dict[str, str]:
     return env
 
 
-def _tee(stream, log: Path, state: dict) -> None:
-    """Copy a child's output to its log and to our stderr until it closes."""
+class TracebackFilter:
+    """Drops Python traceback blocks from a byte stream and passes everything else through at
+    once (a progress bar's unfinished line too): what the console shows of a job process.
+
+    A traceback may start anywhere, right after a progress bar on the same line, say; it ends
+    at the first line after the exception's own that does not continue it (see ``_TB_MORE``).
+    """
+
+    def __init__(self) -> None:
+        self.state: str | None = None  # None: passing; "body": frames; "tail": after them
+        self.held = b""  # not yet shown: may begin a traceback, or a line not yet ended
+
+    def feed(self, data: bytes) -> bytes:
+        """The part of ``data`` to show."""
+        data, self.held = self.held + data, b""
+        out = []
+        while data:
+            if self.state is None:
+                head = _TB_HEAD.search(data)
+                if head is None:
+                    cut = len(data) - _opening_len(data)
+                    out.append(data[:cut])
+                    self.held = data[cut:]
+                    break
+                out.append(data[:head.start()])
+                data, self.state = data[head.end():], "body"
+                continue
+            end = _LINE_END.search(data)  # a carriage return ends a progress bar's line
+            if end is None:
+                self.held = data  # decided once the line ends
+                break
+            line, data = data[:end.end()], data[end.end():]
+            if self._ends_block(line.rstrip(b"\r\n")):
+                out.append(line)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """What is left to show once the stream has ended."""
+        held, self.held = self.held, b""
+        return held if self.state is None else b""
+
+    def _ends_block(self, text: bytes) -> bool:
+        """Whether ``text``, a line inside a traceback block, is the first one after it."""
+        if self.state == "body":
+            if text.strip() and not text[:1].isspace():
+                self.state = "tail"  # the exception's own line, also left out
+            return False
+        if _TB_MORE.match(text):
+            if text.lstrip().startswith(_TB_START):
+                self.state = "body"  # a chained exception's traceback
+            return False
+        self.state = None
+        return True
+
+
+# A traceback's first line, and the lines that may follow the exception's own line: blank or
+# indented ones, a chained exception's, the C++ backtrace torch and DGL append to their messages.
+_TB_START = b"Traceback (most recent call last):"
+_TB_HEAD = re.compile(rb"(\+ Exception Group )?Traceback \(most recent call last\):")
+_TB_MORE = re.compile(rb"\s|$|Traceback \(most recent call last\):|During handling of the above "
+                      rb"exception|The above exception was the direct cause|Exception raised "
+                      rb"from |frame #\d+: |Stack trace:")
+_LINE_END = re.compile(rb"[\r\n]")
+
+
+def _opening_len(data: bytes) -> int:
+    """The length of the longest end of ``data`` that may be the start of a traceback."""
+    for n in range(min(len(data), len(_TB_START) - 1), 0, -1):
+        if _TB_START.startswith(data[-n:]):
+            return n
+    return 0
+
+
+def _tee(stream, log: Path, state: dict, hush: threading.Event) -> None:
+    """Copy a child's output to its log, and to our stderr less its tracebacks (and nothing
+    once ``hush`` is set), until it closes."""
+    shown = TracebackFilter()
     with log.open("ab") as fh:
         for chunk in iter(lambda: stream.read1(65536), b""):
             fh.write(chunk)
             fh.flush()
-            try:
-                sys.stderr.buffer.write(chunk)
-                sys.stderr.flush()
-                state["mid_line"] = not chunk.endswith(b"\n")
-            except (ValueError, OSError):
-                pass
+            if not hush.is_set():
+                _show(shown.feed(chunk), state)
+        if not hush.is_set():
+            _show(shown.flush(), state)
+
+
+def _show(data: bytes, state: dict) -> None:
+    if not data:
+        return
+    try:
+        sys.stderr.buffer.write(data)
+        sys.stderr.flush()
+        state["mid_line"] = not data.endswith(b"\n")
+    except (ValueError, OSError):
+        pass
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -13,6 +13,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from dsgraph.cluster import heartbeat
 from dsgraph.errors import ConfigError, UserError
 
 
@@ -105,8 +106,12 @@ def exit_now(code: int = 0) -> None:
 def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
     """Run a worker's main and exit through :func:`exit_now`: 0 on success; a user error
     prints its one ``error: ...`` line and exits 2; any other error prints the traceback and
-    exits 1 (130 on Ctrl-C) at once, so the supervisor sees the fault and its cause."""
+    exits 1 (130 on Ctrl-C) at once, so the supervisor sees the fault and its cause.
+
+    Meanwhile the process beats into the heartbeat file the supervisor named (if it did): how it
+    tells a hung process from a busy one (:mod:`dsgraph.cluster.heartbeat`)."""
     try:
+        heartbeat.start_from_env()
         fn(*args)
     except SystemExit as exc:
         exit_now(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))

@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 
 from dsgraph.config.checks import cross_check
+from dsgraph.config.limits import clip, quote_key, short_repr
 from dsgraph.config.schema import build_section, reference_rows
-from dsgraph.config.yamlfile import read_yaml
+from dsgraph.config.yamlfile import YamlRefused, load_text, read_yaml
 from dsgraph.config.modes import PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 from dsgraph.config.sections import (
     ClusterConfig,
@@ -36,35 +37,46 @@ __all__ = ["ClusterConfig", "CompressionConfig", "Config", "ConfigError", "Datas
            "parse_override", "reference_table"]
 
 SECTIONS = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
+MAX_SET_CHARS = 2 ** 16  # one --set: a line or two of YAML (an argument is at most 128 KiB)
 
 
-def from_dict(data: Any, src: str = "<config>") -> Config:
-    """Validate a parsed YAML mapping into a :class:`Config` (fields, then cross-field rules)."""
+def from_dict(data: Any, src: str = "<config>", host_checks: bool = True) -> Config:
+    """Validate a parsed YAML mapping into a :class:`Config` (fields, then cross-field rules;
+    ``host_checks``: sizes against this host's memory too)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{src}: expected a mapping of sections at the top level, got {data!r}")
+        raise ConfigError(f"{src}: expected a mapping of sections at the top level, got "
+                          f"{short_repr(data)}")
     unknown = sorted(set(data) - set(SECTIONS), key=str)  # YAML keys need not be strings
     if unknown:
-        raise ConfigError(f"{src}: {unknown[0]}: unknown section; allowed sections: "
+        raise ConfigError(f"{src}: {quote_key(unknown[0])}: unknown section; allowed sections: "
                           + ", ".join(SECTIONS))
     hints = typing.get_type_hints(Config)
     sections = {name: build_section(hints[name], data.get(name), name, src) for name in SECTIONS}
     cfg = Config(**sections, source=src)
-    cross_check(cfg)
+    cross_check(cfg, host_checks)
     return cfg
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``section.key[.subkey...]=value`` into its key path and value (parsed as YAML)."""
+    """Split ``section.key[.subkey...]=value`` into its key path and value (parsed as YAML, by
+    the config file's bounded loader; malformed YAML is the string itself)."""
+    if len(text) > MAX_SET_CHARS:
+        raise ConfigError(f"--set {clip(text)}: expected at most {MAX_SET_CHARS} characters, "
+                          f"got {len(text)}")
     if "=" not in text:
-        raise ConfigError(f"--set {text}: expected section.key=value")
+        raise ConfigError(f"--set {clip(text)}: expected section.key=value")
     path, raw = text.split("=", 1)
     keys = path.split(".")
     if len(keys) < 2 or not all(keys):
-        raise ConfigError(f"--set {text}: expected section.key=value")
+        raise ConfigError(f"--set {clip(text)}: expected section.key=value")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = load_text(raw, strict=False) if raw != "" else ""
+    except YamlRefused as exc:
+        raise ConfigError(f"--set {clip(text)}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"--set {clip(text)}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError:
         value = raw
     return keys, value
@@ -74,23 +86,26 @@ def _apply_override(data: dict, text: str) -> None:
     """Set one ``--set`` value in the parsed YAML, creating sections and nested mappings."""
     keys, value = parse_override(text)
     if keys[0] not in SECTIONS:
-        raise ConfigError(f"--set {text}: {keys[0]}: unknown section; allowed sections: "
-                          + ", ".join(SECTIONS))
+        raise ConfigError(f"--set {clip(text)}: {clip(keys[0])}: unknown section; allowed "
+                          "sections: " + ", ".join(SECTIONS))
     node = data
     for depth, key in enumerate(keys[:-1]):
         child = node.get(key)
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            where = ".".join(keys[:depth + 1])
-            raise ConfigError(f"--set {text}: {where}: expected a mapping to set "
-                              f"{keys[depth + 1]!r} in, got {child!r}")
+            where = clip(".".join(keys[:depth + 1]))
+            raise ConfigError(f"--set {clip(text)}: {where}: expected a mapping to set "
+                              f"{short_repr(keys[depth + 1])} in, got {short_repr(child)}")
         node = child
     node[keys[-1]] = value
 
 
-def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config file (None = built-in defaults), apply ``--set`` overrides, validate."""
+def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (),
+         host_checks: bool = True) -> Config:
+    """Read a YAML config file (None = built-in defaults), apply ``--set`` overrides, validate
+    (``host_checks=False``: a run's resolved config, already checked by its launcher, read by
+    a job process, possibly on another host)."""
     src = str(path) if path is not None else "<defaults>"
     data: Any = {}
     if path is not None:
@@ -102,7 +117,7 @@ def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] 
                               f"got {type(data).__name__}")
     for text in overrides:
         _apply_override(data, text)
-    return from_dict(data, src)
+    return from_dict(data, src, host_checks)
 
 
 def dump(cfg: Config, path: str | os.PathLike) -> None:

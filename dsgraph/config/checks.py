@@ -1,6 +1,7 @@
 """Rules that involve more than one field: each names the key to change and why."""
 from __future__ import annotations
 
+from dsgraph.config.limits import check_sizes, short_repr
 from dsgraph.config.sections import Config, mode_sections
 from dsgraph.errors import ConfigError
 
@@ -17,28 +18,30 @@ DATASET_READERS = {"path": (FILE_DATASETS, None), "split": (FILE_DATASETS, None)
 PHYSICS_READERS = {"test_resolution": "darcy", "test_points": "airfoil"}
 
 
-def cross_check(cfg: Config) -> None:
-    """Raise a one-line :class:`ConfigError` for the first inconsistent combination of fields."""
+def cross_check(cfg: Config, host: bool = True) -> None:
+    """Raise a one-line :class:`ConfigError` for the first inconsistent combination of fields
+    (``host``: also sizes against this host's memory, see :func:`check_sizes`)."""
     src, d, t = cfg.source, cfg.dataset, cfg.train
+    check_sizes(cfg, host)  # first: the other rules may build what a size refused would make huge
     if d.train_frac + d.val_frac + d.test_frac > 1.0 + 1e-9:
         raise ConfigError(f"{src}: dataset.train_frac: expected train_frac + val_frac + test_frac "
                           f"<= 1, got {d.train_frac + d.val_frac + d.test_frac:g}")
     modes = {section.MODE: section for section in mode_sections(cfg)}
     if t.mode not in modes:
         raise ConfigError(f"{src}: train.mode: expected one of "
-                          f"{', '.join(map(repr, modes))}, got {t.mode!r}")
+                          f"{', '.join(map(repr, modes))}, got {short_repr(t.mode)}")
     section = modes[t.mode]
     if t.task != "auto" and t.task not in section.TASKS:
         raise ConfigError(f"{src}: train.task: expected 'auto' or one of "
                           f"{', '.join(map(repr, section.TASKS))} for train.mode {t.mode!r}, "
-                          f"got {t.task!r}")
+                          f"got {short_repr(t.task)}")
     check_dataset_inputs(cfg)
     wanted = section.DATASETS
     if d.name not in wanted:
         choices = (" or ".join(map(repr, wanted)) if len(wanted) == 2
                    else "one of " + ", ".join(map(repr, wanted)))
         raise ConfigError(f"{src}: dataset.name: expected {choices} for train.mode {t.mode!r}, "
-                          f"got {d.name!r}")
+                          f"got {short_repr(d.name)}")
     section.check(cfg)
     c = cfg.compression
     if c.levels == "optimal" and c.bits != 2:
@@ -47,7 +50,7 @@ def cross_check(cfg: Config) -> None:
     netns = cfg.cluster.netns
     if netns and len(netns) != cfg.num_machines:
         raise ConfigError(f"{src}: cluster.netns: expected one namespace per machine "
-                          f"({cfg.num_machines}), got {netns!r}")
+                          f"({cfg.num_machines}), got {short_repr(netns)}")
     if cfg.cluster.netns_shm and not netns:
         raise ConfigError(f"{src}: cluster.netns_shm: true needs cluster.netns (one network "
                           f"namespace per machine), got none")
@@ -62,19 +65,20 @@ def check_dataset_inputs(cfg: Config) -> None:
     src, d = cfg.source, cfg.dataset
     if d.name in FILE_DATASETS and not d.path:
         raise ConfigError(f"{src}: dataset.path: expected {PATH_WANTED[d.name]} when "
-                          f"dataset.name is {d.name!r}, got {d.path!r}")
+                          f"dataset.name is {d.name!r}, got {short_repr(d.path)}")
     # Silently ignoring these would train on other data than the user meant.
     for key, (readers, unset) in DATASET_READERS.items():
         value = getattr(d, key)
         if d.name not in readers and value != unset:
             raise ConfigError(f"{src}: dataset.{key}: dataset {d.name!r} does not read it "
                               f"(only {', '.join(readers)} do{'es' if len(readers) == 1 else ''});"
-                              f" remove it or set dataset.name, got {value!r}")
+                              f" remove it or set dataset.name, got {short_repr(value)}")
     for key, reader in PHYSICS_READERS.items():
         value = getattr(cfg.physics, key)
         if value is not None and d.name != reader:
             raise ConfigError(f"{src}: physics.{key}: dataset {d.name!r} does not read it (only "
-                              f"{reader} does); remove it or set dataset.name, got {value!r}")
+                              f"{reader} does); remove it or set dataset.name, got "
+                              f"{short_repr(value)}")
     if d.split is not None:
         fracs = d.split
         ok = (len(fracs) == 3
@@ -82,7 +86,7 @@ def check_dataset_inputs(cfg: Config) -> None:
               and all(f >= 0 for f in fracs) and fracs[0] > 0 and sum(fracs) <= 1.0 + 1e-9)
         if not ok:
             raise ConfigError(f"{src}: dataset.split: expected [train, val, test] fractions, "
-                              f"each >= 0, train > 0, summing to <= 1, got {fracs!r}")
+                              f"each >= 0, train > 0, summing to <= 1, got {short_repr(fracs)}")
     if d.name == "fields":
         _check_field_split(cfg)
     if d.name == "synthetic" and round(d.train_frac * d.num_nodes) < 1:
@@ -99,7 +103,7 @@ def _check_field_split(cfg: Config) -> None:
                           f"samples or a dataset.test_path for dataset 'fields', got null")
     if d.test_path is not None and d.split is not None:
         raise ConfigError(f"{src}: dataset.split: dataset.test_path holds the test fields; "
-                          f"expected null beside it, got {d.split!r}")
+                          f"expected null beside it, got {short_repr(d.split)}")
     if d.split is not None and (d.split[1] != 0 or d.split[2] <= 0):
         raise ConfigError(f"{src}: dataset.split: expected [train, 0, test] for dataset 'fields' "
-                          f"(DS-MPNN keeps no validation set; test > 0), got {d.split!r}")
+                          f"(DS-MPNN keeps no validation set; test > 0), got {short_repr(d.split)}")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional
 
-from dsgraph.config.fields import opt
+from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES, MAX_PER_HOST,
+                                   MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
 from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
@@ -42,25 +43,27 @@ class SampledConfig(ModeSection):
     MODE: ClassVar[str] = "sampled"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
 
-    batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1)
+    batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1, cap=MAX_BATCH)
     fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
-                        factory=lambda: [10, 25], item_ge=1)
+                        factory=lambda: [10, 25], item_ge=1, item_cap=MAX_FANOUT,
+                        max_len=MAX_LAYERS)
     eval: Literal["layerwise", "sampled"] = opt(
         "layerwise", "`layerwise` (exact full-neighbour inference, needs `forward_layer`) or "
                      "`sampled` (with `fanouts`)")
-    eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1)
+    eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1, cap=MAX_BATCH)
     cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
                                  "and serves them locally")
     remote_cache_mb: float = opt(256.0, "MiB per trainer for feature rows beyond the halo owned "
                                         "by other partitions, pulled once at start: the nodes "
-                                        "with the most out-edges first (0 = halo only)", ge=0)
+                                        "with the most out-edges first (0 = halo only)", ge=0,
+                                  cap=2 ** 30)  # 1 PiB: finite, so MiB -> rows cannot overflow
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
     remat_layers: int = opt(1, "with `rematerialize`: the leading layers that run that way; the "
                                "first over fetched features, later ones over the previous "
                                "layer's output in groups of `seqagg.chunk_rows` rows (raise it "
                                "when a later layer's backward sets the peak, as GAT's second)",
-                            ge=1)
+                            ge=1, cap=MAX_LAYERS)
     copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
                                         "next to the remote cache, so a batch's rows are one "
                                         "gather from one table (costs the partition's feature "
@@ -68,7 +71,8 @@ class SampledConfig(ModeSection):
     prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
                            "the one training (0 = none: with the remote cache little RPC is left "
                            "to hide; off with `rematerialize`, whose forward reads rows itself, "
-                           "and with sampler processes)", ge=0)
+                           "and with sampler processes)", ge=0,
+                       cap=256)  # each one a sampled mini-batch held in memory
     seed_split: Literal["even", "owned"] = opt(
         "even", "training seeds per trainer: `even` (DGL's `node_split`: equal counts, topped "
                 "up with nodes of other partitions) or `owned` (the trainer's partition's own "
@@ -123,23 +127,27 @@ class PhysicsConfig(ModeSection):
     test_resolution: Optional[int] = opt(None, "Darcy: also test on `test_samples` fields at "
                                                "this grid size (`transfer_rmse`, "
                                                "`transfer_rel_l2`)", ge=8, le=421)
-    train_samples: int = opt(100, "training fields (`darcy`, `airfoil`)", ge=1)
-    test_samples: int = opt(20, "test fields (`darcy`, `airfoil`)", ge=1)
-    points: int = opt(5000, "airfoil points per field", ge=100)
+    train_samples: int = opt(100, "training fields (`darcy`, `airfoil`)", ge=1, cap=MAX_SAMPLES)
+    test_samples: int = opt(20, "test fields (`darcy`, `airfoil`)", ge=1, cap=MAX_SAMPLES)
+    points: int = opt(5000, "airfoil points per field", ge=100, cap=MAX_POINTS)
     test_points: Optional[int] = opt(None, "airfoil: also test on `test_samples` fields of "
                                            "this many points (`transfer_rmse`, "
-                                           "`transfer_rel_l2`)", ge=100)
-    batch_fields: int = opt(1, "fields per optimizer step (their gradients averaged)", ge=1)
-    sampled_nodes: int = opt(1000, "s: nodes drawn per field (resampled every epoch)", ge=2)
+                                           "`transfer_rel_l2`)", ge=100, cap=MAX_POINTS)
+    batch_fields: int = opt(1, "fields per optimizer step (their gradients averaged)", ge=1,
+                            cap=MAX_SAMPLES)
+    sampled_nodes: int = opt(1000, "s: nodes drawn per field (resampled every epoch)", ge=2,
+                             cap=MAX_POINTS)
     radius: float = opt(0.1, "neighbourhood radius (dataset coordinates)", gt=0)
-    max_edges: int = opt(16, "n_e: cap on incoming edges per node", ge=1)
-    workers: int = opt(1, "P: subdomains, one worker process each", ge=1)
+    max_edges: int = opt(16, "n_e: cap on incoming edges per node", ge=1, cap=MAX_FANOUT)
+    workers: int = opt(1, "P: subdomains, one worker process each", ge=1, cap=MAX_PROCESSES)
     decomposition: Literal["bisection", "metis"] = opt("bisection", "how nodes are split into "
                                                                     "subdomains")
-    gen_workers: int = opt(2, "processes generating the dataset", ge=1)
-    infer_repeats: int = opt(2, "full-field inference: random covers averaged", ge=1)
+    gen_workers: int = opt(2, "processes generating the dataset", ge=1, cap=MAX_PER_HOST)
+    infer_repeats: int = opt(2, "full-field inference: random covers averaged", ge=1,
+                             cap=MAX_REPEATS)
     infer_passes: int = opt(1, "evaluation predicts the test fields this many times; "
-                               "`infer_s` is the median pass (steadier timings)", ge=1)
+                               "`infer_s` is the median pass (steadier timings)", ge=1,
+                             cap=MAX_REPEATS)
 
     def num_machines(self, cfg: Any) -> int:
         """One host (and one worker) per subdomain."""
@@ -159,4 +167,5 @@ class SeqaggConfig:
     chunk_rows: int = opt(0, "source rows per chunk of the sequential-aggregation core (`sar`, "
                              "where remote rows also move in pieces of this many rows, and "
                              "`sampled.rematerialize`, where it also bounds the destination rows "
-                             "of each output run); 0 = a whole group at once", ge=0)
+                             "of each output run); 0 = a whole group at once", ge=0,
+                             cap=MAX_NODES)

@@ -7,10 +7,12 @@ dict), bounds from the field metadata (:func:`dsgraph.config.fields.opt`). Every
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from typing import Any, Literal
 
+from dsgraph.config.limits import quote_key, short_repr
 from dsgraph.errors import ConfigError
 
 # Keys that moved between sections: a config written for an older layout gets told where to.
@@ -44,7 +46,7 @@ def _choice(value: Any) -> str:
 def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
     """Check ``value`` against the annotation ``tp``; return it converted (int -> float)."""
     def fail(expected: str) -> typing.NoReturn:
-        raise ConfigError(f"{src}: {where}: expected {expected}, got {value!r}")
+        raise ConfigError(f"{src}: {where}: expected {expected}, got {short_repr(value)}")
 
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -67,30 +69,55 @@ def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
     if kind in checks and not checks[kind](value):
         fail(describe(kind))
     if kind is float:
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past float's range
+            fail(describe(kind))
     if kind in (list, dict):
         return kind(value)
     return value
 
 
+_WORDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+# Python compares an int with a float exactly: no conversion that overflows for a huge int.
+_OPS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+
+
 def _check_bounds(f: dataclasses.Field, value: Any, where: str, src: str) -> None:
+    """The field's range (``opt``'s ``ge`` ... ``lt``, ``item_ge``) and ceilings (``cap``,
+    ``item_cap``, ``max_len``)."""
     md = f.metadata
     if value is None:
         return
-    words = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-    ops = {"ge": float.__ge__, "gt": float.__gt__, "le": float.__le__, "lt": float.__lt__}
     kind = "an integer" if isinstance(value, int) else "a number"
-    for key, _ in words:
+    for key, _ in _WORDS:
         limit = md.get(key)
-        if limit is not None and not ops[key](float(value), float(limit)):
-            parts = [f"{w} {md[k]}" for k, w in words if md.get(k) is not None]
-            raise ConfigError(f"{src}: {where}: expected {kind} {' and '.join(parts)}, got {value!r}")
-    item_ge = md.get("item_ge")
-    if item_ge is not None:
-        for v in value:
-            if isinstance(v, bool) or not isinstance(v, int) or v < item_ge:
-                raise ConfigError(
-                    f"{src}: {where}: expected a list of integers >= {item_ge}, got {value!r}")
+        if limit is not None and not _OPS[key](value, limit):
+            raise ConfigError(f"{src}: {where}: expected {kind} {_bounds(md, '')}, got "
+                              f"{short_repr(value)}")
+    if md.get("cap") is not None and value > md["cap"]:
+        raise ConfigError(f"{src}: {where}: expected {kind} {_bounds(md, '', md['cap'])}, got "
+                          f"{short_repr(value)}")
+    max_len = md.get("max_len")
+    if max_len is not None and len(value) > max_len:
+        raise ConfigError(f"{src}: {where}: expected a list of at most {max_len} items, got "
+                          f"{len(value)} items")
+    item_ge, item_cap = md.get("item_ge"), md.get("item_cap")
+    if item_ge is None and item_cap is None:
+        return
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or (item_ge is not None and v < item_ge):
+            raise ConfigError(f"{src}: {where}: expected a list of integers "
+                              f"{_bounds(md, 'item_')}, got {short_repr(value)}")
+        if item_cap is not None and v > item_cap:
+            raise ConfigError(f"{src}: {where}: expected a list of integers "
+                              f"{_bounds(md, 'item_', item_cap)}, got {short_repr(value)}")
+
+
+def _bounds(md: Any, prefix: str, cap: Any = None) -> str:
+    """The range ``prefix + ge`` ... in words (``>= 1 and <= 1000``), and ``<= cap`` if given."""
+    parts = [f"{w} {md[prefix + k]}" for k, w in _WORDS if md.get(prefix + k) is not None]
+    return " and ".join(parts + ([f"<= {cap}"] if cap is not None else []))
 
 
 def build_section(cls: type, data: Any, section: str, src: str) -> Any:
@@ -98,12 +125,13 @@ def build_section(cls: type, data: Any, section: str, src: str) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{src}: {section}: expected a mapping of keys, got {data!r}")
+        raise ConfigError(f"{src}: {section}: expected a mapping of keys, got "
+                          f"{short_repr(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields), key=str)  # YAML keys need not be strings
     if unknown:
-        where = f"{section}.{unknown[0]}"
+        where = f"{section}.{quote_key(unknown[0])}"
         if where in MOVED:
             raise ConfigError(f"{src}: {where}: this key is now {MOVED[where]}")
         raise ConfigError(f"{src}: {where}: unknown key; allowed keys: " + ", ".join(sorted(fields)))

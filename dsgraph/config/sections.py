@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from dsgraph.config.fields import opt
+from dsgraph.config.fields import (MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST, MAX_PROCESSES,
+                                   MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
 from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 
 
@@ -51,11 +52,11 @@ class DatasetConfig:
                 "folder's name), the edges as stored for `file` and `csv`")
     cache_dir: str = opt("data", "generated datasets and parsed `csv` folders are cached here, "
                                  "keyed by a hash of their parameters or files")
-    seed: int = opt(0, "seed of the generated dataset and of `split`")
-    num_nodes: int = opt(100_000, "synthetic graph: nodes", ge=10)
-    avg_degree: float = opt(10.0, "synthetic graph: mean in-degree", gt=0)
-    num_classes: int = opt(40, "synthetic graph: classes (= communities)", ge=2)
-    feat_dim: int = opt(100, "synthetic graph: feature width", ge=1)
+    seed: int = opt(0, "seed of the generated dataset and of `split`", ge=0, cap=MAX_SEED)
+    num_nodes: int = opt(100_000, "synthetic graph: nodes", ge=10, cap=MAX_NODES)
+    avg_degree: float = opt(10.0, "synthetic graph: mean in-degree", gt=0, cap=MAX_FANOUT)
+    num_classes: int = opt(40, "synthetic graph: classes (= communities)", ge=2, cap=MAX_WIDTH)
+    feat_dim: int = opt(100, "synthetic graph: feature width", ge=1, cap=MAX_WIDTH)
     homophily: float = opt(0.85, "fraction of edges inside a community", ge=0, le=1)
     feat_signal: float = opt(0.2, "features = `feat_signal * mu[class] + N(0, 1)`", ge=0)
     degree_alpha: float = opt(2.5, "Pareto exponent of the expected degrees", gt=1)
@@ -74,15 +75,16 @@ class PartitionConfig:
     method: Literal["metis", "random"] = opt("metis", "node assignment: METIS k-way (pymetis) or "
                                                       "balanced random")
     num_parts: int = opt(2, "partitions; one machine each in `sampled`, one worker each in "
-                            "`sar`", ge=1)
+                            "`sar`", ge=1, cap=MAX_PROCESSES)
     out_dir: str = opt("partitions/default", "folder of the partition files; training reads "
                                              "them there")
     graph_name: str = opt("graph", "name of the partition JSON (`<graph_name>.json`)")
-    halo_hops: int = opt(1, "halo layers stored per part", ge=1)
+    halo_hops: int = opt(1, "halo layers stored per part", ge=1,
+                         cap=64)  # hops past a graph's diameter add nothing, and cost time
     balance_train: bool = opt(True, "METIS constraint: equal training nodes per part "
                                     "(then capped at 1.01x their mean)")
     balance_edges: bool = opt(True, "METIS constraint: equal degree sum per part")
-    seed: int = opt(0, "METIS / random assignment seed")
+    seed: int = opt(0, "METIS / random assignment seed", ge=0, cap=MAX_SEED)
 
 
 @dataclass
@@ -102,30 +104,37 @@ class TrainConfig:
                                "`dsmpnn` (physics)")
     task: str = opt("auto", "what the model learns: `node_classification` (`sampled`, `sar`), "
                             "`field_regression` (`dsmpnn`); `auto` = the mode's own")
-    epochs: int = opt(3, "epochs to train (a resumed run continues up to this)", ge=1)
+    epochs: int = opt(3, "epochs to train (a resumed run continues up to this)", ge=1,
+                      cap=MAX_EPOCHS)
     lr: float = opt(0.01, "Adam learning rate", gt=0)
     lr_schedule: Literal["constant", "cosine"] = opt(
         "constant", "per-epoch learning rate: constant, or cosine decay from `lr` towards 0")
     weight_decay: float = opt(0.0, "Adam weight decay", ge=0)
     grad_clip: float = opt(0.0, "clip the (summed) gradient's norm to this; 0 = off", ge=0)
-    seed: int = opt(0, "seed of model initialisation, shuffling, sampling and dropout")
+    seed: int = opt(0, "seed of model initialisation, shuffling, sampling and dropout", ge=0,
+                    cap=MAX_SEED)
     eval_every: int = opt(1, "evaluate every k epochs and after the last; 0 = only after the "
-                             "last", ge=0)
+                             "last", ge=0, cap=MAX_EPOCHS)
     dtype: Literal["float32", "float64"] = opt("float32", "model and feature precision "
                                                           "(`float64` for exactness checks)")
     out_dir: str = opt("runs/default", "run folder (`--out` overrides it)")
-    timeout_s: float = opt(1800.0, "whole-job limit: every process is stopped after it", gt=0)
+    timeout_s: float = opt(1800.0, "whole-job limit: every process is stopped after it", gt=0,
+                           cap=MAX_TIMEOUT_S)
     collective_timeout_s: float = opt(600.0, "limit of one gloo operation: a dead peer fails "
-                                             "the job instead of hanging it", gt=0)
+                                             "the job instead of hanging it", gt=0,
+                                      cap=MAX_TIMEOUT_S)
 
 
 @dataclass
 class ClusterConfig:
     """Processes of a job and the hosts they run on (loopback unless ``ip_config`` names hosts)."""
 
-    servers_per_machine: int = opt(1, "`sampled`: DistGraph servers per machine", ge=1)
-    trainers_per_machine: int = opt(1, "`sampled`: trainers per machine", ge=1)
-    samplers_per_trainer: int = opt(0, "`sampled`: sampler processes per trainer", ge=0)
+    servers_per_machine: int = opt(1, "`sampled`: DistGraph servers per machine", ge=1,
+                                   cap=MAX_PER_HOST)
+    trainers_per_machine: int = opt(1, "`sampled`: trainers per machine", ge=1,
+                                    cap=MAX_PER_HOST)
+    samplers_per_trainer: int = opt(0, "`sampled`: sampler processes per trainer", ge=0,
+                                    cap=MAX_PER_HOST)
     ip_config: Optional[str] = opt(None, "file with one `IP [PORT]` line per machine; none = "
                                          "every machine on this host")
     ssh_port: int = opt(22, "ssh port of the other hosts", ge=1, le=65535)
@@ -138,7 +147,11 @@ class ClusterConfig:
                                        "one's)")
     python: Optional[str] = opt(None, "interpreter on the other hosts (default: this one's "
                                       "path)")
-    num_threads: int = opt(1, "torch/OpenMP threads per process", ge=1)
+    num_threads: int = opt(1, "torch/OpenMP threads per process", ge=1, cap=MAX_PER_HOST)
+    heartbeat_s: float = opt(60.0, "a job process that makes no progress this long (stopped, "
+                                   "or its heartbeat silent) is named as the job's fault and "
+                                   "every process is stopped; 0 = off", ge=0,
+                          cap=MAX_TIMEOUT_S)
 
 
 @dataclass
@@ -157,7 +170,7 @@ class CompressionConfig:
     projection: float = opt(1.0, "kept fraction of EXACT's random projection of linear-map "
                                  "inputs; 1 = off", gt=0, le=1)
     min_numel: int = opt(4096, "tensors with fewer values stay exact", ge=0)
-    seed: int = opt(0, "seed of the stochastic rounding")
+    seed: int = opt(0, "seed of the stochastic rounding", ge=0, cap=MAX_SEED)
 
 
 @dataclass

@@ -13,7 +13,8 @@ from dsgraph.partition.assign import (
     random_assignment,
     symmetric_csr,
 )
-from dsgraph.partition.format import write_partitions
+from dsgraph.fsutil import check_free_space
+from dsgraph.partition.format import files_bytes, write_partitions
 
 
 def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
@@ -27,7 +28,8 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
     integrity block, so runs with other settings are refused.
     """
     t0 = time.perf_counter()
-
+    # before the assignment, which can take long: the files hold at least every node and edge
+    check_free_space(Path(out_dir).parent, files_bytes(g), "the partition files")
     if method == "random":
         assign = random_assignment(g.num_nodes(), num_parts, seed)
     else:

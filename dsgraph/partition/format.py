@@ -33,10 +33,13 @@ renamed into place only when complete.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
+from typing import Iterator
 
 import dgl
 import numpy as np
@@ -44,8 +47,8 @@ import torch
 from dgl import DGLGraph
 from dgl.data.utils import save_tensors
 
-from dsgraph.errors import UserError
-from dsgraph.fsutil import atomic_dir
+from dsgraph.errors import StorageError, UserError
+from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
 from dsgraph.partition.integrity import graph_fingerprint, integrity_block
 from dsgraph.partition.meta import BLOCK
 from dsgraph.procstats import peak_rss_mb
@@ -96,7 +99,9 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     if "label" in g.ndata:  # extra key (ignored by DGL): trainers size the output layer from it
         meta["num_classes"] = int(g.ndata["label"].max()) + 1
     stats = {**partition_stats(g, assignment, method), **(stats or {}), "parts": []}
-    with atomic_dir(out_dir, force=force) as tmp:
+    check_free_space(Path(out_dir).parent, files_bytes(g, parts), "the partition files")
+    with storage_errors(Path(out_dir) / graph_name, "the partition files"), \
+            atomic_dir(out_dir, force=force) as tmp:
         for k in range(num_parts):
             part = parts[k]
             inner = part.ndata["inner_node"].bool()
@@ -122,9 +127,10 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
             part.edata["inner_edge"] = part.edata["inner_edge"].to(torch.uint8)
             pdir = tmp / f"part{k}"
             pdir.mkdir()
-            save_tensors(str(pdir / "node_feat.dgl"), feats)
-            save_tensors(str(pdir / "edge_feat.dgl"), {})
-            dgl.save_graphs(str(pdir / "graph.dgl"), [part])
+            with _dgl_writes(Path(out_dir), pdir):
+                save_tensors(str(pdir / "node_feat.dgl"), feats)
+                save_tensors(str(pdir / "edge_feat.dgl"), {})
+                dgl.save_graphs(str(pdir / "graph.dgl"), [part])
             meta[f"part-{k}"] = {"node_feats": f"part{k}/node_feat.dgl",
                                  "edge_feats": f"part{k}/edge_feat.dgl",
                                  "part_graph": f"part{k}/graph.dgl"}
@@ -136,6 +142,34 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
         stats["peak_rss_mb"] = peak_rss_mb()
         (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
     return Path(out_dir) / f"{graph_name}.json"
+
+
+def files_bytes(g: DGLGraph, parts: dict | None = None) -> float:
+    """The partition files' size: every node's data once and each part's structure (ids and
+    flags per node and edge, halos included); before the split (no ``parts``) a lower bound,
+    every node and edge once."""
+    node_data = sum(g.ndata[k].numel() * g.ndata[k].element_size() for k in g.ndata.keys())
+    node_data += 8 * g.num_nodes()  # orig_id
+    if parts is None:
+        return node_data + 25 * g.num_edges() + 17 * g.num_nodes()
+    structure = sum(25 * p.num_edges() + 17 * p.num_nodes() for p in parts.values())
+    return 1.1 * (node_data + structure) + (1 << 20)
+
+
+@contextlib.contextmanager
+def _dgl_writes(out_dir: Path, pdir: Path) -> Iterator[None]:
+    """DGL's writers fail with a C++ check ("FileStream.Write incomplete"), not an OSError:
+    say what happened, in one line."""
+    try:
+        yield
+    except dgl.DGLError as exc:
+        if "Write incomplete" not in str(exc):
+            raise
+        free = shutil.disk_usage(pdir).free
+        cause = ("no space left on the device (ENOSPC)" if free < (1 << 20) else
+                 "the write was cut short by the storage")
+        raise StorageError(f"{out_dir.parent}: cannot write the partition files of {out_dir} "
+                           f"({pdir.name}): {cause}") from None
 
 
 def _stable_order(keys: np.ndarray, num_parts: int) -> np.ndarray:

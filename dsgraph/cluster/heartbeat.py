@@ -1,0 +1,99 @@
+"""Liveness of a job's processes: a heartbeat file each process touches, and its process state.
+
+A job process (every one that exits through :func:`dsgraph.cluster.worker.run_process_main`:
+train and predict workers, DistGraph servers) runs a daemon thread that touches the file named
+by ``DSGRAPH_HEARTBEAT`` every ``DSGRAPH_HEARTBEAT_S`` seconds (the supervisor sets both when it
+spawns the process: ``cluster.heartbeat_s / 4`` into ``logs/<name>.heartbeat``). The thread
+beats as long as the process is scheduled and its main thread lets go of the GIL now and then
+(DGL's and torch's blocking C++ calls do, the DistGraph server's receive loop included), so a
+silent heartbeat means a process stopped or wedged while holding the GIL. A deadlocked
+collective still beats: the collective timeout (``train.collective_timeout_s``) ends that one.
+Before its first beat (while it imports) a process is judged by its state alone.
+
+The supervisor (:mod:`.supervise`) reads the files and each process's state (stopped by SIGSTOP
+or a debugger). Only where the file is on this host's filesystem: processes on this host and in
+network namespaces of it; a process on another host (ssh) gets neither the file nor the check of
+its state (only the local ssh client's state is seen).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ENV_PATH = "DSGRAPH_HEARTBEAT"
+ENV_EVERY = "DSGRAPH_HEARTBEAT_S"
+SUFFIX = ".heartbeat"
+
+# States in which a process runs no code of its own until someone resumes it.
+_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+
+
+class Beater:
+    """A daemon thread touching ``path`` every ``every_s`` seconds until :meth:`stop`."""
+
+    def __init__(self, path: Path, every_s: float) -> None:
+        self.path, self.every_s = Path(path), every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dsgraph-heartbeat", daemon=True)
+
+    def start(self) -> "Beater":
+        """Beat once now, then in the background."""
+        beat(self.path)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            beat(self.path)
+
+    def stop(self) -> None:
+        """Stop beating (the file stays)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def beat(path: Path) -> None:
+    """Set ``path``'s modification time to now (creating it); a vanished run folder is ignored."""
+    try:
+        Path(path).touch()
+    except OSError:
+        pass
+
+
+def start_from_env() -> Beater | None:
+    """In a job process: beat as the supervisor asked in the environment (else do nothing)."""
+    path, every = os.environ.get(ENV_PATH), os.environ.get(ENV_EVERY)
+    if not path or not every or float(every) <= 0:
+        return None
+    return Beater(Path(path), float(every)).start()
+
+
+def env_for(path: Path, heartbeat_s: float) -> dict[str, str]:
+    """The variables that make a job process beat into ``path`` often enough for ``heartbeat_s``."""
+    # Four beats per period: one late beat (a busy host) is no hang.
+    return {ENV_PATH: str(Path(path).resolve()), ENV_EVERY: f"{heartbeat_s / 4:g}"}
+
+
+def last_beat(path: Path) -> float | None:
+    """Wall-clock time of the last beat into ``path``; None before the first."""
+    try:
+        return Path(path).stat().st_mtime
+    except OSError:
+        return None
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger) rather than running."""
+    try:
+        return psutil.Process(pid).status() in _STOPPED
+    except psutil.Error:
+        return False
+
+
+def age(stamp: float | None, now: float | None = None) -> float:
+    """Seconds since ``stamp`` (0 when there is none)."""
+    return 0.0 if stamp is None else max(0.0, (time.time() if now is None else now) - stamp)

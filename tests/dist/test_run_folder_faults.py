@@ -1,0 +1,40 @@
+"""Run folders and inputs against unlucky and hostile use (:mod:`benchmarks.misuse`, whose rows
+the reliability report also shows): real ``python -m train`` / ``predict`` / ``partition``
+commands on tiny SAR data. Each scenario must end with the right exit code and one last line
+naming the file, folder or setting, show no traceback, and keep the previous good state (files
+unchanged, a live job undisturbed, a checkpoint readable and resumable). The storage scenarios
+mount tmpfs folders and are skipped, with the reason, where that is not allowed."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import faults, misuse
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> faults.Workspace:
+    return faults.prepare(tmp_path_factory.mktemp("misuse"))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scenario", misuse.SCENARIOS,
+                         ids=[s.name.replace(" ", "_") for s in misuse.SCENARIOS])
+def test_scenario(ws, scenario, tmp_path):
+    r = misuse.run_scenario(ws, scenario, tmp_path)
+    if r.get("skipped"):
+        pytest.skip(r["skipped"])
+    detail = {k: r.get(k) for k in ("exit_code", "message", "traceback", "kept")}
+    assert r["exit_code"] == scenario.code, detail
+    assert not r["traceback"], detail
+    for part in scenario.says:
+        assert part in r["message"], detail
+    if scenario.code:  # a refusal or a failure: one line, naming what and where
+        assert r["message"].startswith("error: "), detail
+    assert r["kept"], detail
+
+
+def test_a_refusal_names_the_live_jobs_pid(ws, tmp_path):
+    scenario = next(s for s in misuse.SCENARIOS if s.name.startswith("--force on a live"))
+    r = misuse.run_scenario(ws, scenario, tmp_path)
+    assert f"pid {r['holder_pid']} on " in r["message"], r
+    assert str(tmp_path / "live") in r["message"], r
