@@ -1,9 +1,13 @@
-"""The fault matrix: real ``python -m train`` jobs, each hit by one fault, and what they left.
+"""The fault matrix: real ``python -m train`` jobs, each hit by one fault, and what they left;
+then the misuse scenarios: run folders, stored files, disks and inputs used as an unlucky or
+hostile user would.
 
 :data:`CASES` is the matrix; each case runs through the fault-injection harness
 (:mod:`benchmarks.faults`: a real job on a tiny graph or fields, 2 partitions / workers, one
-fault, then what the launcher said and what the job left behind). ``tests/dist/test_faults.py``
-asserts these cases; :func:`run` writes the report ``benchmarks/reports/reliability.{json,md,png}``.
+fault, then what the launcher said and what the job left behind). The scenarios are
+:data:`benchmarks.misuse.SCENARIOS` (exit code, last line, and whether the previous good state
+was kept). ``tests/dist/test_faults.py`` and ``tests/dist/test_run_folder_faults.py`` assert
+them; :func:`run` writes the report ``benchmarks/reports/reliability.{json,md,png}``.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.faults import EXIT_LIMIT_S, FAULTY, HANG, Case, prepare, run_case
+from benchmarks.misuse import SCENARIOS, run_scenario
 from benchmarks.harness import Report, View, bars, render_saved
 
 CASES = (
@@ -38,21 +43,29 @@ CASES = (
          (FAULTY, "model.args.ballast_mb=64", "train.epochs=4")),
 )
 
-COLUMNS = ("case", "mode", "exit_code", "seconds_to_exit", "message", "left_behind", "handled")
+COLUMNS = ("kind", "case", "mode", "exit_code", "seconds_to_exit", "message", "left_behind",
+           "handled")
 
 
 def _rows(records: list[dict]) -> list[dict]:
     """Table rows: the record, with what was left behind in one cell."""
     rows = []
     for r in records:
-        left = [f"{k[5:]}: {', '.join(map(str, r[k]))}" for k in
-                ("left_processes", "left_ports", "left_shm", "left_temp_files") if r.get(k)]
-        rows.append({**r, "left_behind": "; ".join(left) or "nothing",
-                     "handled": "yes" if r.get("handled") else "NO"})
+        if r.get("kind") == "misuse":  # what counts there is the state it had to keep
+            left = "previous state kept" if r.get("kept") else "PREVIOUS STATE LOST"
+            if r.get("skipped"):
+                left = f"skipped: {r['skipped']}"
+        else:
+            left = "; ".join(f"{k[5:]}: {', '.join(map(str, r[k]))}" for k in
+                             ("left_processes", "left_ports", "left_shm", "left_temp_files")
+                             if r.get(k)) or "nothing"
+        handled = "skipped" if r.get("skipped") else "yes" if r.get("handled") else "NO"
+        rows.append({**r, "left_behind": left, "handled": handled})
     return rows
 
 
 def _plot(rows: list[dict], fig) -> None:
+    rows = [r for r in rows if r.get("kind") != "misuse"]  # the fault matrix's exit times
     ax = fig.add_subplot(1, 1, 1)
     colors = ["tab:green" if r["handled"] == "yes" and r["left_behind"] == "nothing"
               else "tab:red" for r in rows]
@@ -67,7 +80,8 @@ def _plot(rows: list[dict], fig) -> None:
 
 
 def _notes(payload: dict) -> list[str]:
-    records = payload["records"]
+    misuse = [r for r in payload["records"] if r.get("kind") == "misuse"]
+    records = [r for r in payload["records"] if r.get("kind") != "misuse"]
     ok = sum(bool(r["handled"] and r["cleaned_up"]) for r in records)
     hosts = sorted({a.rsplit(":", 1)[0] for r in records for a in r["listening"]})
     wild = sorted({a for r in records for a in r["wildcard_listeners"]})
@@ -79,11 +93,19 @@ def _notes(payload: dict) -> list[str]:
             f"Addresses job processes listened on: {', '.join(hosts) or 'none seen'}; "
             f"wildcard (0.0.0.0 / ::) listeners: {', '.join(wild) or 'none'}.",
             "The checkpoint case kills the launcher while rank 0's `.checkpoint.pt.*.tmp` "
-            "exists; `--resume` then removes the temp file and finishes the run."]
+            "exists; `--resume` then removes the temp file and finishes the run.",
+            f"Misuse scenarios (kind `misuse`, {sum(bool(r.get('handled')) for r in misuse)} "
+            f"of {len(misuse)} handled, {sum(bool(r.get('skipped')) for r in misuse)} "
+            f"skipped): real commands on a 2,000-node graph; handled means the expected exit "
+            f"code, a last line naming the file, folder or setting, no traceback, and the "
+            f"previous good state kept (files unchanged, the live job undisturbed, the last "
+            f"checkpoint readable and resumable). Their seconds are the whole scenario's "
+            f"(including the jobs it runs), not a time to exit; the plot shows the fault "
+            f"matrix only. Disk scenarios use size-limited or read-only tmpfs mounts."]
 
 
-VIEW = View("reliability", "Reliability: the fault matrix", COLUMNS, ("case",), rows=_rows,
-            plot=_plot, notes=_notes, figsize=(11.0, 6.0))
+VIEW = View("reliability", "Reliability: the fault matrix and misuse scenarios", COLUMNS,
+            ("case",), rows=_rows, plot=_plot, notes=_notes, figsize=(11.0, 6.0))
 
 
 def run(quick: bool) -> Path:
@@ -99,7 +121,11 @@ def run(quick: bool) -> Path:
                                 f"{','.join(map(str, r['resumed_epochs']))})")
             elif case.code == -9 and not r["message"]:
                 r["message"] = "(launcher killed: no message)"
-            report.add(r)
+            report.add({"kind": "fault", **r})
+        for i, scenario in enumerate(SCENARIOS):
+            folder = Path(tmp) / f"misuse{i}"
+            folder.mkdir()
+            report.add({"kind": "misuse", **run_scenario(ws, scenario, folder)})
     return report.save()
 
 

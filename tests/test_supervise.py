@@ -413,3 +413,14 @@ def test_what_an_echoed_process_says_while_it_is_stopped_stays_off_the_console(t
     err = capfd.readouterr().err
     assert "epoch 1: up" in err and "dying noise" not in err
     assert "dying noise" in (tmp_path / "worker0.log").read_text()
+
+
+def test_the_cause_after_a_progress_bar_on_the_same_line_is_found(tmp_path):
+    from dsgraph.cluster.supervise import log_cause
+
+    log = tmp_path / "worker0.log"
+    log.write_text("epoch 1: loss 0.5\ntrain:  1%| | 7/100 [00:01<00:10]\rtrain:  2%| | 8/100"
+                   " [00:01<00:10]error: /run: cannot write checkpoint.pt: no space left\n")
+    assert log_cause(log) == "error: /run: cannot write checkpoint.pt: no space left"
+    log.write_text("RuntimeError: gloo error: connection reset\n")  # a cause line kept whole
+    assert log_cause(log) == "RuntimeError: gloo error: connection reset"

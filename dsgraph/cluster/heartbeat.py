@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -92,8 +91,3 @@ def is_stopped(pid: int) -> bool:
         return psutil.Process(pid).status() in _STOPPED
     except psutil.Error:
         return False
-
-
-def age(stamp: float | None, now: float | None = None) -> float:
-    """Seconds since ``stamp`` (0 when there is none)."""
-    return 0.0 if stamp is None else max(0.0, (time.time() if now is None else now) - stamp)

@@ -87,7 +87,11 @@ def log_cause(path: Path, width: int = 400) -> str:
     except OSError:
         return "(no log)"
     for line in reversed(text):
-        line = line.strip()
+        # a progress bar redraws with carriage returns and leaves no newline before what
+        # follows it: the cause is the line's last segment, from its "error: " on
+        line = line.rsplit("\r", 1)[-1].strip()
+        if not _CAUSE.match(line) and "error: " in line:
+            line = line[line.index("error: "):]
         if _CAUSE.match(line):
             return line[:width]
     return log_tail(path, width=width)
@@ -380,6 +384,9 @@ class Supervisor:
         cause = log_cause(p.log)
         if rc == 2 and cause.startswith("error: "):
             return ProcessUserError(f"{p.name}: {cause[len('error: '):]} (log {p.log})")
+        if cause.startswith("error: "):  # a fault it stated itself (a full disk, say)
+            return JobFailed(f"process {p.name} (pid {p.popen.pid}) failed: "
+                             f"{cause[len('error: '):]}; log {p.log}")
         return JobFailed(f"process {p.name} (pid {p.popen.pid}) exited with code {rc}: "
                          f"{cause}; log {p.log}")
 
