@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from benchmarks.faults import ROOT, Workspace, config_of
+from benchmarks.faults import ROOT, Workspace, config_of, default_sigint
+from benchmarks.harness import run_cli
 from dsgraph import checkpoint
 
 SETS = ("train.lr_schedule=constant",)  # resumed and uninterrupted runs use the same rates
@@ -52,17 +53,8 @@ class Scenario:
 
 def cli(ws: Workspace, module: str, *args: str, timeout: float = 120,
         ) -> subprocess.CompletedProcess:
-    """``python -m module *args`` in a session of its own (killed whole if it overruns)."""
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=ws.env,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """``python -m module *args`` in the workspace's environment (:func:`run_cli`)."""
+    return run_cli(module, args, ws.env, timeout)
 
 
 def _sets(ws: Workspace, *sets: str) -> list[str]:
@@ -119,7 +111,8 @@ def live_job(ws: Workspace, run: Path) -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen([sys.executable, "-m", "train", "--config", str(config_of("sar")),
                              "--out", str(run), *_sets(ws, "train.epochs=100000")], cwd=ROOT,
                             env=ws.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=default_sigint)  # Ctrl-C must reach it at the end
     try:
         deadline = time.monotonic() + 90
         while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").stat().st_size):

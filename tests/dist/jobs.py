@@ -4,11 +4,10 @@ folder's metrics."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
+
+from benchmarks.harness import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "default.yaml"
@@ -28,16 +27,7 @@ DARCY_TINY = ("physics.resolution=24", "physics.train_samples=8", "physics.test_
 def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """``python -m module *args`` from the repository root in its own session (killed whole if
     it overruns, so no process of the job outlives the test)."""
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_cli(module, args, timeout=timeout)
 
 
 def _set_args(*overrides: str) -> list[str]:
