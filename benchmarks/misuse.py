@@ -368,7 +368,7 @@ def run_scenario(ws: Workspace, scenario: Scenario, tmp: Path) -> dict[str, Any]
         record.update(scenario.act(ws, tmp))
     except Skip as exc:
         return {**record, "skipped": str(exc), "handled": None}
-    record["seconds_to_exit"] = round(time.monotonic() - t0, 2)
+    record["scenario_s"] = round(time.monotonic() - t0, 2)
     record["handled"] = (record["exit_code"] == scenario.code and not record["traceback"]
                          and all(s in record["message"] for s in scenario.says)
                          and record["kept"])

@@ -43,8 +43,8 @@ CASES = (
          (FAULTY, "model.args.ballast_mb=64", "train.epochs=4")),
 )
 
-COLUMNS = ("kind", "case", "mode", "exit_code", "seconds_to_exit", "message", "left_behind",
-           "handled")
+COLUMNS = ("kind", "case", "mode", "exit_code", "seconds_to_exit", "scenario_s", "message",
+           "left_behind", "handled")
 
 
 def _rows(records: list[dict]) -> list[dict]:
@@ -99,7 +99,7 @@ def _notes(payload: dict) -> list[str]:
             f"skipped): real commands on a 2,000-node graph; handled means the expected exit "
             f"code, a last line naming the file, folder or setting, no traceback, and the "
             f"previous good state kept (files unchanged, the live job undisturbed, the last "
-            f"checkpoint readable and resumable). Their seconds are the whole scenario's "
+            f"checkpoint readable and resumable). `scenario_s` is the whole scenario's time "
             f"(including the jobs it runs), not a time to exit; the plot shows the fault "
             f"matrix only. Disk scenarios use size-limited or read-only tmpfs mounts."]
 

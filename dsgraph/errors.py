@@ -22,9 +22,10 @@ class DataError(UserError):
     """A dataset file with wrong shapes, dtypes, ranges or values."""
 
 
-class StorageError(UserError):
+class StorageError(UserError, OSError):
     """A write dsgraph needs failed for a reason of the storage (full disk, read-only file
-    system, permissions, quota): one line naming the folder and the cause, exit code 1."""
+    system, permissions, quota): one line naming the folder and the cause, exit code 1. Still an
+    OSError, so code that falls back on a failed write (a cache, say) keeps doing so."""
 
     exit_code = 1
 

@@ -27,8 +27,10 @@ _CAUSES = {errno.ENOSPC: "no space left on the device (ENOSPC)",
 
 def storage_error(exc: OSError, path: str | os.PathLike, what: str | None = None) -> StorageError:
     """The one-line error for ``exc``, raised writing ``path`` (``what``: default its name)."""
+    if isinstance(exc, StorageError):  # said already, by a write further down
+        return exc
     path = Path(path)
-    cause = _CAUSES.get(exc.errno) or exc.strerror or type(exc).__name__
+    cause = _CAUSES.get(exc.errno) or exc.strerror or str(exc) or type(exc).__name__
     return StorageError(f"{path.parent}: cannot write {what or path.name}: {cause}")
 
 
@@ -37,6 +39,8 @@ def storage_errors(path: str | os.PathLike, what: str | None = None) -> Iterator
     """Turn an OSError of the block (writing ``path``) into a :class:`StorageError`."""
     try:
         yield
+    except StorageError:
+        raise
     except OSError as exc:
         raise storage_error(exc, path, what) from None
 

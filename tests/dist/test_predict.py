@@ -2,7 +2,9 @@
 single-process forward pass of the checkpointed model over the original graph; one-line errors."""
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import shutil
 from pathlib import Path
 
@@ -170,6 +172,9 @@ def test_user_errors_are_one_line(graph_setup, sar_run, tmp_path, capsys):
     data = yaml.safe_load((plug / "config.yaml").read_text())
     data["model"] = {"name": "tests.dist.test_predict:TwoConv", "args": {}}
     (plug / "config.yaml").write_text(yaml.safe_dump(data))
+    marker = json.loads((plug / ".dsgraph-run.json").read_text())  # as if trained with it
+    marker["config_sha256"] = hashlib.sha256((plug / "config.yaml").read_bytes()).hexdigest()
+    (plug / ".dsgraph-run.json").write_text(json.dumps(marker))
     assert "TwoConv has no `layers`" in _error(capsys, "predict", "--run", str(plug),
                                                "--embeddings")
     # Issue 13: fanouts shorter than the model's layers, before anything starts.
