@@ -10,12 +10,15 @@ from dsgraph.fsutil import atomic_write_with
 from dsgraph.metrics import read_records
 
 # (panel, y label, record keys drawn in it). A key absent from every record draws nothing and a
-# panel without any series is left out, so one table serves the graph modes (accuracy) and
-# DS-MPNN (RMSE and relative L2, in different units, hence separate panels).
+# panel without any series is left out, so one table serves every task: accuracy and F1
+# (classification), RMSE (node regression; DS-MPNN, in standardized units), ROC-AUC and F1
+# (multilabel), relative L2 (DS-MPNN; other units than RMSE, hence its own panel).
 PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("loss", "training loss", ("loss",)),
     ("accuracy", "accuracy", ("train_acc", "val_acc", "test_acc")),
-    ("rmse", "RMSE (standardized units)", ("train_rmse", "test_rmse")),
+    ("f1", "macro F1", ("train_macro_f1", "val_macro_f1", "test_macro_f1")),
+    ("rocauc", "ROC-AUC", ("val_rocauc", "test_rocauc")),
+    ("rmse", "RMSE", ("train_rmse", "val_rmse", "test_rmse")),
     ("rel_l2", "relative L2 error", ("test_rel_l2",)),
     ("lr", "learning rate", ("lr",)),
 )

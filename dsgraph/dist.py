@@ -6,7 +6,7 @@ input unchanged, so the same code path runs with one worker and with many.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -49,6 +49,26 @@ def gather_values(value: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
     return out
+
+
+def gather_to_root(value: Any, root: int = 0) -> Optional[list[Any]]:
+    """One picklable value from every rank, in rank order, on rank ``root`` (None on the
+    others): rows only one rank needs are not copied to every rank."""
+    if not is_distributed():
+        return [value]
+    out: Optional[list[Any]] = [None] * dist.get_world_size() if dist.get_rank() == root \
+        else None
+    dist.gather_object(value, out, dst=root)
+    return out
+
+
+def broadcast_value(value: Any, root: int = 0) -> Any:
+    """Rank ``root``'s picklable ``value`` on every rank."""
+    if not is_distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=root)
+    return box[0]
 
 
 def broadcast_module(module: nn.Module, src: int = 0) -> None:

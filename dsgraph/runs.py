@@ -150,7 +150,7 @@ class RunFolder:
         if recorded is not None and path.is_file() and _sha256(path) != recorded:
             raise IntegrityError(f"{path}: checksum mismatch: the file changed after dsgraph "
                                  f"wrote it (an edit or corrupt storage); not using it")
-        return config_mod.load(path, host_checks=False)  # the launcher checked this host
+        return config_mod.load(path, resolved=True)
 
     def marker(self) -> dict[str, Any]:
         """The marker's content (empty if there is none or it is unreadable)."""
@@ -374,8 +374,10 @@ def run_fingerprint(cfg: config_mod.Config, prepared: Any = None) -> dict[str, A
             if key not in _NOT_FINGERPRINTED}
     keep.update({"train.mode": cfg.train.mode, "train.dtype": cfg.train.dtype,
                  "num_workers": cfg.num_workers})
-    if cfg.train.task != "auto":  # so that runs from before train.task existed still match
-        keep["train.task"] = cfg.train.task
+    # under its first name (train.task), so that runs fingerprinted before it moved still match
+    if cfg.task.name != "auto":
+        keep["train.task"] = cfg.task.name
+    keep["task.class_weights"] = cfg.task.class_weights
     if isinstance(prepared, Path):
         keep["data"] = partition_fingerprint(prepared)
     return {k: repr(v) for k, v in sorted(keep.items())}

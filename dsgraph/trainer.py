@@ -31,8 +31,8 @@ from dsgraph.runs import RunFolder
 from dsgraph.tasks import Task, task_class
 
 # Record keys shown in the per-epoch console line, when present.
-_LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "test_rmse", "test_rel_l2",
-              "samples_per_s", "epoch_s")
+_LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_rmse", "test_rmse",
+              "test_rel_l2", "val_rocauc", "test_rocauc", "samples_per_s", "epoch_s")
 
 
 class Strategy(abc.ABC):
@@ -40,7 +40,7 @@ class Strategy(abc.ABC):
 
     The launcher side (:meth:`prepare`, :meth:`launch`) is static: ``python -m train`` and
     ``python -m predict`` ask the mode's strategy class, never test the mode's name. The task
-    (loss, metrics, outputs) is ``self.task``, chosen by ``train.task``.
+    (loss, metrics, outputs) is ``self.task``, chosen by ``task.name``.
     """
 
     steps_per_epoch = 1  # progress-bar units per epoch (set in :meth:`setup` if data-dependent)
@@ -48,7 +48,7 @@ class Strategy(abc.ABC):
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.task: Task = task_class(cfg.task)()
+        self.task: Task = task_class(cfg.task_name)(cfg.task)
 
     @staticmethod
     def prepare(cfg: Config) -> Any:
@@ -92,8 +92,8 @@ class Strategy(abc.ABC):
         """Outputs of the loaded model over the whole data, for ``python -m predict``.
 
         Every rank takes part; rank 0 returns arrays of equal length (graph modes: ``node_id``
-        (original id), ``pred``, ``prob`` and, with ``embeddings``, ``embedding``), other ranks
-        None.
+        (original id), the task's columns (:meth:`Task.outputs`) and, with ``embeddings``,
+        ``embedding``), other ranks None.
         """
         raise UserError(f"train.mode: {self.cfg.train.mode!r} runs cannot export predictions")
 
@@ -260,11 +260,13 @@ class Trainer:
         self.strategy.close(self)
 
     def _is_best(self, earlier: list[dict[str, Any]], record: dict[str, Any]) -> bool:
-        """Whether ``record`` beats every earlier epoch on the selection metric."""
-        key = self.strategy.task.selection_metric
+        """Whether ``record`` beats every earlier epoch on the selection metric (higher or
+        lower, as the task says)."""
+        task = self.strategy.task
+        key = task.selection_metric
         if key is None or record.get(key) is None:
             return False
-        return all(r.get(key) is None or record[key] > r[key] for r in earlier)
+        return all(r.get(key) is None or task.better(record[key], r[key]) for r in earlier)
 
     def _evaluate(self, forward: nn.Module, epoch: int) -> dict[str, Any]:
         """The strategy's evaluation, in eval mode and without autograd."""
@@ -297,11 +299,15 @@ class Trainer:
                    last_eval: dict[str, Any]) -> dict[str, Any]:
         """The evaluation figures of the best epoch (the model ``best.pt`` keeps), its number,
         and the last epoch's figures as ``last_*``; empty without a selection metric."""
-        key = self.strategy.task.selection_metric
+        task = self.strategy.task
+        key = task.selection_metric
         scored = [r for r in records if key is not None and r.get(key) is not None]
         if not scored:
             return {}
-        best = max(scored, key=lambda r: r[key])  # the first of equal scores
+        best = scored[0]
+        for r in scored[1:]:  # strictly better only: the first of equal scores stays
+            if task.better(r[key], best[key]):
+                best = r
         return {**{k: best[k] for k in last_eval if k in best}, "best_epoch": best["epoch"],
                 **{f"last_{k}": v for k, v in last_eval.items()}}
 

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = run.config()
         out = check_out_path(args.out or run.path / "predictions.npz")
-        task_class(cfg.task).check_outputs(
+        task_class(cfg.task_name).check_outputs(
             args.embeddings,
             probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
         strategy = strategy_class(cfg.train.mode)

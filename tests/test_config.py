@@ -13,7 +13,8 @@ from dsgraph import config as cfgmod
 from dsgraph.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = "dataset, partition, model, train, sampled, sar, physics, seqagg, compression, cluster"
+SECTIONS = ("dataset, partition, model, train, task, sampled, sar, physics, seqagg, compression, "
+            "cluster")
 
 
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
@@ -221,6 +222,7 @@ def test_nested_set_into_a_scalar_is_one_line_error(tmp_path):
     ("cluster:\n  timeout_s: 9\n", "cluster.timeout_s: this key is now train.timeout_s"),
     ("physics:\n  grad_clip: 1\n", "physics.grad_clip: this key is now train.grad_clip"),
     ("sar:\n  chunk_rows: 64\n", "sar.chunk_rows: this key is now seqagg.chunk_rows"),
+    ("train:\n  task: node_regression\n", "train.task: this key is now task.name"),
 ])
 def test_moved_keys_say_where_they_went(tmp_path, text, message):
     p = write(tmp_path, text)

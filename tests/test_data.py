@@ -108,6 +108,53 @@ def test_synthetic_features_carry_class_signal(small_graph):
     assert abs(feat.std() - 1.0) < 0.1  # unit noise dominates: features alone are weak
 
 
+def _ridge_r2(x: np.ndarray, y: np.ndarray, train: np.ndarray) -> float:
+    """R² on the other nodes of a least-squares fit of ``y`` on ``x`` (and a bias) over
+    ``train``: how much of the targets a linear read-out of ``x`` explains."""
+    x = np.hstack([x, np.ones((len(x), 1))])
+    w = np.linalg.lstsq(x[train], y[train], rcond=None)[0]
+    err = y[~train] - x[~train] @ w
+    return float(1 - (err ** 2).sum() / ((y[~train] - y[~train].mean(0)) ** 2).sum())
+
+
+@pytest.mark.parametrize("target", ["regression", "multilabel"])
+def test_synthetic_targets_need_the_neighbours(target):
+    cfg = dataclasses.replace(SMALL, target=target, num_targets=3)
+    g = generate(cfg)
+    y = g.ndata["label"]
+    assert y.shape == (SMALL.num_nodes, 3) and y.dtype == torch.float32
+    assert_same_graph(g, generate(cfg))  # deterministic
+    klass = generate(SMALL)
+    # the class graph's structure and masks stay as they were; the labels are replaced
+    assert torch.equal(g.edges()[0], klass.edges()[0]) and torch.equal(g.edges()[1],
+                                                                       klass.edges()[1])
+    assert all(torch.equal(g.ndata[k], klass.ndata[k]) for k in MASKS)
+    if target == "multilabel":
+        assert set(np.unique(y.numpy())) == {0.0, 1.0}
+        share = y.numpy().mean(0)  # from 10% to 50% of the nodes per label
+        assert np.allclose(share, [0.1, 0.3, 0.5], atol=0.01), share
+    # A linear read-out of a node's own features explains little; with its neighbours' mean
+    # features beside them (one round of message passing) much more.
+    feat = g.ndata["feat"].numpy().astype(np.float64)
+    src, dst = (t.numpy() for t in g.edges())
+    deg = np.maximum(np.bincount(dst, minlength=len(feat)), 1)[:, None]
+    nbr = np.stack([np.bincount(dst, weights=feat[src, c], minlength=len(feat))
+                    for c in range(feat.shape[1])], 1) / deg
+    train = np.random.default_rng(0).random(len(feat)) < 0.5
+    own = _ridge_r2(feat, y.numpy().astype(np.float64), train)
+    both = _ridge_r2(np.hstack([feat, nbr]), y.numpy().astype(np.float64), train)
+    assert both > own + 0.2, (own, both)
+
+
+def test_synthetic_class_graph_cache_key_unchanged_by_target_settings(tmp_path):
+    cfg = dataclasses.replace(SMALL, cache_dir=str(tmp_path), num_nodes=500)
+    load_graph(cfg)
+    load_graph(dataclasses.replace(cfg, num_targets=7))  # not read for class labels
+    assert len(list(tmp_path.iterdir())) == 1
+    load_graph(dataclasses.replace(cfg, target="regression"))
+    assert len(list(tmp_path.iterdir())) == 2
+
+
 # --- cache ----------------------------------------------------------------------------------------
 
 def test_cache_hit_returns_equal_graph_without_regenerating(tmp_path, monkeypatch):

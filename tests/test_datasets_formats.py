@@ -200,7 +200,8 @@ def _pickled_split(r: Path, d: dict) -> None:
 # (what breaks the folder, the start of the message relative to the folder)
 OGB_ERRORS = [
     (lambda r, d: (r / "raw" / "node-feat.csv.gz").unlink(),
-     "raw/node-feat.csv.gz: file not found (part of the OGB raw layout)"),
+     "raw/node-feat.csv.gz: file not found (and no edge-feat.csv.gz or node_species.csv.gz to "
+     "derive node features from)"),
     (lambda r, d: shutil.rmtree(r / "raw"), "raw: folder not found; an OGB dataset folder holds "
                                             "raw/"),
     (_raw("node-feat.csv.gz", lambda d: d["feat"][:-2]),
@@ -217,7 +218,7 @@ OGB_ERRORS = [
      "1.5 at node 9"),
     (_raw("node-label.csv.gz", np.zeros((N, 3))),
      "raw/node-label.csv.gz: label: expected one label column (N x 1), got 3 columns "
-     "(multi-label tasks are not supported)"),
+     "(several columns: set dataset.target to multilabel or regression)"),
     (_raw("node-label.csv.gz", np.zeros((N - 1, 1))),
      f"raw/node-label.csv.gz: expected {N} rows (one label per node), got {N - 1}"),
     (_raw("edge.csv.gz", lambda d: np.stack([d["src"], d["dst"] + (np.arange(M) == 4) * N], 1)),
@@ -277,7 +278,142 @@ def test_ogb_binary_labels_and_pickles(tmp_path):
     with pytest.raises(DataError) as err:
         load_ogb(root)
     assert str(err.value) == (f"{root}/raw/data.npz: missing key 'num_nodes_list'; expected "
-                              f"keys edge_index, num_nodes_list, num_edges_list, node_feat")
+                              f"keys edge_index, num_nodes_list, num_edges_list")
+
+
+# --- labels beyond class ids: ogbn-proteins' layout, float and multi-column labels ---------------
+
+L = 5  # labels per node of the multi-label fixtures
+SPECIES = np.array([3702, 9606, 511145])  # taxonomy ids, as ogbn-proteins stores species
+
+
+def write_proteins(root: Path, data: dict, binary: bool = False) -> dict:
+    """An ogbn-proteins-like folder: no node features but 3-wide edge features and a species
+    per node, L 0/1 labels per node (no NaN), the official split under split/species/."""
+    rng = np.random.default_rng(7)
+    extra = {"edge_feat": rng.random((M, 3)).astype(np.float32),
+             "species": SPECIES[rng.integers(0, 3, N)],
+             "labels": (rng.random((N, L)) < 0.3).astype(np.int64)}
+    raw = root / "raw"
+    raw.mkdir(parents=True)
+    if binary:
+        np.savez_compressed(raw / "data.npz", edge_index=np.stack([data["src"], data["dst"]]),
+                            num_nodes_list=np.array([N]), num_edges_list=np.array([M]),
+                            edge_feat=extra["edge_feat"], node_species=extra["species"][:, None])
+        np.savez_compressed(raw / "node-label.npz", node_label=extra["labels"])
+    else:
+        _csv_gz(raw / "edge.csv.gz", np.stack([data["src"], data["dst"]], 1))
+        _csv_gz(raw / "num-node-list.csv.gz", [N])
+        _csv_gz(raw / "num-edge-list.csv.gz", [M])
+        _csv_gz(raw / "edge-feat.csv.gz", extra["edge_feat"])
+        _csv_gz(raw / "node_species.csv.gz", extra["species"][:, None])
+        _csv_gz(raw / "node-label.csv.gz", extra["labels"])
+    for name in ("train", "valid", "test"):
+        _csv_gz(root / "split" / "species" / f"{name}.csv.gz", data[name])
+    return extra
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_ogb_proteins_layout_loads_as_multilabel(tmp_path, binary):
+    data = toy()
+    root = tmp_path / "ogbn_proteins"
+    extra = write_proteins(root, data, binary)
+    g = load_graph(DatasetConfig(name="ogb", path=str(root), target="multilabel"))
+    src, dst = data["src"], data["dst"]
+    assert g.num_edges() == 2 * M  # ogbn-proteins: inverse edges added
+    # features: the mean of each node's incoming edge features (both directions), species
+    into = np.concatenate([dst, src])
+    ef = np.concatenate([extra["edge_feat"], extra["edge_feat"]])
+    mean = np.stack([np.bincount(into, ef[:, c], N) for c in range(3)], 1) / \
+        np.maximum(np.bincount(into, minlength=N), 1)[:, None]
+    onehot = (extra["species"][:, None] == np.sort(SPECIES)[None, :]).astype(np.float32)
+    assert np.allclose(g.ndata["feat"].numpy(), np.hstack([mean, onehot]), atol=1e-6)
+    assert g.ndata["label"].dtype == torch.float32
+    assert np.array_equal(g.ndata["label"].numpy(), extra["labels"])
+    for key, name in zip(MASKS, ("train", "valid", "test")):  # every node labelled
+        assert np.array_equal(np.flatnonzero(g.ndata[key].numpy()), np.sort(data[name])), key
+    # read as class ids, the 5 columns are refused with one line saying what to set
+    with pytest.raises(DataError) as err:
+        load_ogb(root)
+    assert str(err.value).endswith(f"label: expected one label column (N x 1), got {L} columns "
+                                   f"(several columns: set dataset.target to multilabel or "
+                                   f"regression)")
+
+
+def test_ogb_multilabel_values_and_missing_features_are_one_line(tmp_path):
+    data = toy()
+    root = tmp_path / "ogbn-proteins"
+    extra = write_proteins(root, data)
+    labels = extra["labels"].copy()
+    labels[7, 2] = 2
+    _rewrite(root / "raw" / "node-label.csv.gz", labels)
+    with pytest.raises(DataError) as err:
+        load_ogb(root, target="multilabel")
+    assert str(err.value) == (f"{root}/raw/node-label.csv.gz: label: expected 0 or 1 (NaN for "
+                              f"unlabelled), got 2.0 at node 7, column 2")
+    (root / "raw" / "edge-feat.csv.gz").unlink()
+    (root / "raw" / "node_species.csv.gz").unlink()
+    with pytest.raises(DataError) as err:
+        load_ogb(root, target="multilabel")
+    assert str(err.value) == (f"{root}/raw/node-feat.csv.gz: file not found (and no "
+                              f"edge-feat.csv.gz or node_species.csv.gz to derive node features "
+                              f"from)")
+
+
+def test_csv_and_npz_carry_float_and_multi_column_labels(tmp_path):
+    data = toy()
+    rng = np.random.default_rng(3)
+    targets = rng.normal(size=(N, 2))
+    # DGL CSV: a quoted list per row (two targets); an empty cell: an unlabelled node
+    folder = write_dgl_csv(tmp_path / "reg", data)
+    df = pd.read_csv(folder / "nodes.csv")
+    order = (df["node_id"].to_numpy() - 100) // 7
+    df["label"] = [", ".join(f"{v:.9f}" for v in targets[i]) for i in order]
+    df.loc[np.flatnonzero(order == 11), "label"] = ""
+    df.to_csv(folder / "nodes.csv", index=False)
+    g = load_csv_dataset(folder, tmp_path / "c", target="regression")
+    label = g.ndata["label"].numpy()
+    assert g.ndata["label"].dtype == torch.float32 and label.shape == (N, 2)
+    assert np.isnan(label[11]).all() and not any(g.ndata[k][11] for k in MASKS)
+    keep = np.arange(N) != 11
+    assert np.allclose(label[keep], targets[keep], atol=1e-6)
+    # one numeric column: one target per node
+    df["label"] = [targets[i, 0] for i in order]
+    df.to_csv(folder / "nodes.csv", index=False)
+    g = load_csv_dataset(folder, tmp_path / "c", target="regression")
+    assert g.ndata["label"].shape == (N, 1)
+    assert np.allclose(g.ndata["label"].numpy()[:, 0], targets[:, 0], atol=1e-6)
+    # .npz: 2-D float labels, every node labelled
+    arrays = {"src": data["src"], "dst": data["dst"], "feat": data["feat"],
+              "label": (targets > 0).astype(np.float64)}
+    p = tmp_path / "g.npz"
+    np.savez(p, **arrays)
+    g = load_graph_file(p, split=[0.5, 0.2, 0.3], target="multilabel")
+    assert np.array_equal(g.ndata["label"].numpy(), targets > 0)
+    arrays["label"] = targets.copy()
+    arrays["label"][4, 1] = np.nan
+    np.savez(p, **arrays)
+    with pytest.raises(DataError) as err:
+        load_graph_file(p, split=[0.5, 0.2, 0.3], target="regression")
+    assert str(err.value) == f"{p}: label: expected a value in every row, got NaN at node 4"
+
+
+@pytest.mark.parametrize("target", ["class", "regression"])
+def test_partition_files_carry_float_labels_and_their_width(tmp_path, target):
+    from dsgraph.data.synthetic import generate
+    from dsgraph.partition import load_local_partition, read_meta, write_partitions
+
+    g = generate(DatasetConfig(num_nodes=300, num_classes=3, feat_dim=4, target=target,
+                               num_targets=3))
+    path = write_partitions(g, np.arange(300) % 2, tmp_path / "parts", "graph")
+    meta = read_meta(path)
+    width = {"class": "num_classes", "regression": "num_targets"}[target]
+    assert meta[width] == 3 and ({"num_classes", "num_targets"} - {width}).isdisjoint(meta)
+    for rank in (0, 1):
+        part = load_local_partition(path, rank, 2)
+        label = part.ndata["label"]
+        assert label.dtype == g.ndata["label"].dtype
+        assert torch.equal(label, g.ndata["label"][part.ndata["orig_id"]])
 
 
 def test_ogb_missing_folder(tmp_path):

@@ -1,6 +1,8 @@
 """Run folders, checkpoints and model selection: no data loss, no code from files, best model kept."""
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pickle
 from pathlib import Path
@@ -426,3 +428,19 @@ def test_a_refused_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatc
             atomic_write_text(path, "new")
     monkeypatch.undo()
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+def test_a_run_folder_written_before_a_key_moved_stays_readable(tmp_path):
+    run = RunFolder(_create(_cfg(tmp_path)))
+    text = (run.path / "config.yaml").read_text()
+    assert "\ntask:\n  name: auto" in text
+    # as written before task.name existed: the task under train, no task section
+    old = text.replace("\ntask:\n  name: auto\n  class_weights: none\n", "\n")
+    old = old.replace("train:\n", "train:\n  task: node_classification\n", 1)
+    (run.path / "config.yaml").write_text(old)
+    marker = run.marker()
+    marker["config_sha256"] = hashlib.sha256(old.encode()).hexdigest()
+    (run.path / runs.MARKER).write_text(json.dumps(marker))
+    assert run.config().task.name == "node_classification"
+    with pytest.raises(ConfigError, match="train.task: this key is now task.name"):
+        cfgmod.load(run.path / "config.yaml")  # a user's own config is told where it went

@@ -1,50 +1,125 @@
-"""The task contract: node classification and field regression behind one interface."""
+"""The task contract: node classification, node regression, multilabel and field regression
+behind one interface; their metrics against scikit-learn's, the best-epoch rule, task config."""
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import (f1_score, mean_absolute_error, mean_squared_error, r2_score,
+                             roc_auc_score)
 
 from dsgraph import config as cfgmod
+from dsgraph.config import TaskConfig
+from dsgraph.config.checks import TASK_TARGETS
 from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError, UserError
 from dsgraph.tasks import TASKS, Task, task_class
+from dsgraph.tasks.evaluation import split_figures
+from dsgraph.tasks.multilabel import probabilities
 from dsgraph.tasks.regression import FieldTarget
+from dsgraph.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
+# Sums in float64 of float32 rows: figures agree with scikit-learn's to rounding.
+EXACT = 1e-12
 
 
-def test_every_mode_task_is_registered_and_auto_picks_the_modes_own():
+def _task(name: str, width: int, **cfg) -> Task:
+    task = task_class(name)(TaskConfig(**cfg))
+    task.bind(width)
+    return task
+
+
+def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
     cfg = cfgmod.load(None)
     for section in mode_sections(cfg):
         for name in section.TASKS:
             assert issubclass(task_class(name), Task) and task_class(name).name == name
     assert set(TASKS) == {t for s in mode_sections(cfg) for t in s.TASKS}
-    assert cfg.task == "node_classification"
-    assert cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy"]).task == \
+    assert cfg.task_name == "node_classification" and cfg.task.name == "auto"
+    assert cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy"]).task_name == \
         "field_regression"
-    with pytest.raises(ConfigError, match=r"train.task: expected 'auto' or one of "
+    regression = cfgmod.load(None, ["task.name=node_regression", "dataset.target=regression"])
+    assert regression.task_name == "node_regression"
+    assert "task" not in regression.to_dict()["train"]
+    with pytest.raises(ConfigError, match=r"task.name: expected 'auto' or one of "
                                           r"'field_regression' for train.mode 'dsmpnn', got "
                                           r"'node_classification'"):
         cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy",
-                           "train.task=node_classification"])
+                           "task.name=node_classification"])
+    # what config checks require of the data is what each task declares
+    assert TASK_TARGETS == {n: task_class(n).dataset_target for n in TASKS
+                            if n != "field_regression"}
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["train.task=node_regression"], "train.task: this key is now task.name"),
+    (["task.name=node_regression"],
+     "dataset.target: task 'node_regression' trains on 'regression' targets; expected "
+     "'regression', got 'class'"),
+    (["dataset.target=multilabel"],
+     "dataset.target: task 'node_classification' trains on 'class' targets; expected 'class', "
+     "got 'multilabel'"),
+    (["task.name=link_prediction"],
+     "task.name: expected 'auto' or one of 'node_classification', 'node_regression', "
+     "'multilabel' for train.mode 'sampled', got 'link_prediction'"),
+    (["task.class_weights=inverse"],
+     "task.class_weights: expected one of 'none', 'balanced' or a list, got 'inverse'"),
+    (["task.class_weights=[1, -1]"],
+     "task.class_weights: expected 'none', 'balanced' or a list of numbers >= 0 (one per "
+     "class, not all 0), got [1, -1]"),
+    (["task.class_weights=[0, 0]", "dataset.num_classes=2"],
+     "task.class_weights: expected 'none', 'balanced' or a list of numbers >= 0 (one per "
+     "class, not all 0), got [0, 0]"),
+    (["task.class_weights=[1, 2]"],
+     "task.class_weights: expected 40 weights (one per class, dataset.num_classes), got 2"),
+    (["task.name=multilabel", "dataset.target=multilabel", "task.class_weights=[1, 2]"],
+     "task.class_weights: expected 4 weights (one per label, dataset.num_targets), got 2"),
+    (["task.name=node_regression", "dataset.target=regression", "task.class_weights=balanced"],
+     "task.class_weights: task 'node_regression' has no classes to weight; expected 'none', "
+     "got 'balanced'"),
+    (["train.mode=dsmpnn", "dataset.name=darcy", "dataset.target=regression"],
+     "dataset.target: dataset 'darcy' does not read it (only synthetic, file, csv, ogb do); "
+     "remove it or set dataset.name, got 'regression'"),
+])
+def test_task_config_errors_are_one_line_naming_the_key(sets, message):
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(None, sets)
+    assert str(err.value) == f"<defaults>: {message}"
+
+
+def test_task_options_accepted():
+    cfg = cfgmod.load(None, ["task.name=multilabel", "dataset.target=multilabel",
+                             "dataset.num_targets=3", "task.class_weights=[1, 2.5, 0]"])
+    assert cfg.task.class_weights == [1, 2.5, 0]
+    assert cfgmod.load(None, ["task.class_weights=balanced"]).task.class_weights == "balanced"
+    # a user's file: the count of classes is only known from the data (checked in bind)
+    cfgmod.load(None, ["dataset.name=ogb", "dataset.path=x", "task.class_weights=[1, 2]"])
+    with pytest.raises(ConfigError, match=r"^task.class_weights: expected 3 weights \(one per "
+                                          r"class of the data\), got 2$"):
+        _task("node_classification", 3, class_weights=[1, 2])
 
 
 def test_node_classification_sums_add_up_over_parts_and_outputs_sort_by_id():
-    task = task_class("node_classification")()
+    task = _task("node_classification", 2)
     logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0], [0.0, 5.0]])
     y = torch.tensor([0, 0, 0, 1])
     whole = task.metric_sums(logits, y)
     parts = [a + b for a, b in zip(task.metric_sums(logits[:1], y[:1]),
                                    task.metric_sums(logits[1:], y[1:]))]
-    assert whole == parts == [3.0, 4.0]
-    assert task.metrics(whole, "val") == {"val_acc": 0.75}
-    assert task.metrics([0.0, 0.0], "test") == {"test_acc": None}
-    assert task.split_metrics([*whole, 0.0, 0.0], ["val", "test"]) == \
-        {"val_acc": 0.75, "test_acc": None}
+    # correct, rows; per class: true positives, predictions, labels
+    assert whole == parts == [3.0, 4.0, 2.0, 1.0, 2.0, 2.0, 3.0, 1.0]
+    assert task.metrics(whole, "val") == {"val_acc": 0.75, "val_macro_f1": (0.8 + 2 / 3) / 2,
+                                          "val_f1_per_class": [0.8, 2 / 3]}
+    empty = [0.0] * task.num_sums
+    assert task.metrics(empty, "test") == {"test_acc": None, "test_macro_f1": None,
+                                           "test_f1_per_class": None}
+    assert task.split_metrics([*whole, *empty], ["val", "test"])["test_acc"] is None
     assert torch.isclose(task.loss(logits, y, "sum") / 4, task.loss(logits, y))
     cols = task.outputs(logits, {"node_id": np.array([30, 10, 20, 0])},
                         embedding=torch.arange(8.0).view(4, 2))
@@ -52,6 +127,124 @@ def test_node_classification_sums_add_up_over_parts_and_outputs_sort_by_id():
     assert cols["pred"].tolist() == [1, 1, 0, 0]
     assert np.allclose(cols["prob"].sum(1), 1.0)
     assert cols["embedding"][:, 0].tolist() == [6.0, 2.0, 4.0, 0.0]
+
+
+def test_node_classification_f1_equals_scikit_learn_and_weights_the_loss():
+    rng = np.random.default_rng(0)
+    k = 5
+    logits = torch.from_numpy(rng.normal(size=(200, k)).astype(np.float32))
+    logits[:, 4] -= 100.0  # class 4 never predicted ...
+    y = torch.from_numpy(rng.integers(0, k - 1, 200))  # ... nor labelled: not averaged
+    task = _task("node_classification", k)
+    got = task.metrics(task.metric_sums(logits, y), "test")
+    pred = logits.argmax(1).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_class = f1_score(y.numpy(), pred, labels=range(k), average=None)
+    assert abs(got["test_macro_f1"] - f1_score(y.numpy(), pred, average="macro")) < EXACT
+    assert np.allclose(got["test_f1_per_class"][:4], per_class[:4], rtol=0, atol=EXACT)
+    assert got["test_f1_per_class"][4] is None
+    # weights: a weighted sum over rows, normalised by the row count
+    weighted = _task("node_classification", k, class_weights=[1, 2, 3, 4, 5])
+    ref = torch.nn.functional.cross_entropy(logits, y, reduction="none") * \
+        torch.tensor([1.0, 2, 3, 4, 5])[y]
+    assert torch.isclose(weighted.loss(logits, y, "sum"), ref.sum())
+    assert torch.isclose(weighted.loss(logits, y), ref.sum() / 200)
+    # balanced: n / (classes * count) over the training targets (scikit-learn's rule)
+    balanced = task_class("node_classification")(TaskConfig(class_weights="balanced"))
+    train = torch.tensor([0, 0, 0, 1, 2, 2])
+    balanced.bind(4, lambda: train)
+    assert balanced.weight.tolist() == [6 / 12, 6 / 4, 6 / 8, 1.0]  # class 3: no node, any
+
+
+def test_node_regression_metrics_equal_scikit_learn_and_add_up_over_parts():
+    rng = np.random.default_rng(1)
+    y = torch.from_numpy(rng.normal(3.0, 2.0, size=(300, 3)).astype(np.float32))
+    out = y + torch.from_numpy(rng.normal(0.0, 0.5, size=(300, 3)).astype(np.float32))
+    out[:, 2] = 7.0  # a constant prediction: R² of that target below 0
+    task = _task("node_regression", 3)
+    assert task.num_sums == 13 and task.lower_is_better and task.selection_metric == "val_rmse"
+    parts = [a + b for a, b in zip(task.metric_sums(out[:120], y[:120]),
+                                   task.metric_sums(out[120:], y[120:]))]
+    got = task.metrics(parts, "val")
+    t, p = y.numpy().astype(np.float64), out.numpy().astype(np.float64)
+    assert abs(got["val_rmse"] - np.sqrt(mean_squared_error(t, p))) < EXACT
+    assert abs(got["val_mae"] - mean_absolute_error(t, p)) < EXACT
+    assert abs(got["val_r2"] - r2_score(t, p)) < 1e-9  # from sums of squares: rounding
+    assert task.metrics([0.0] * 13, "test") == {"test_rmse": None, "test_mae": None,
+                                                "test_r2": None}
+    # a constant target: 1 when predicted exactly, else 0 (scikit-learn's force_finite)
+    const = torch.ones(4, 1)
+    one = _task("node_regression", 1)
+    assert one.metrics(one.metric_sums(const, const), "a")["a_r2"] == r2_score(const, const)
+    assert one.metrics(one.metric_sums(const * 2, const), "a")["a_r2"] == r2_score(const,
+                                                                                  const * 2)
+    assert torch.isclose(task.loss(out, y, "sum") / 300, task.loss(out, y))
+    assert torch.isclose(task.loss(out, y), ((out - y) ** 2).mean())
+    cols = task.outputs(out[:3], {"node_id": np.array([5, 1, 3])}, embedding=torch.eye(3))
+    assert cols["node_id"].tolist() == [1, 3, 5]
+    assert cols["pred"].shape == (3, 3) and np.array_equal(cols["pred"], out[[1, 2, 0]].numpy())
+    assert cols["embedding"].tolist() == [[0, 1, 0], [0, 0, 1], [1, 0, 0]]
+
+
+def test_multilabel_f1_and_roc_auc_equal_scikit_learn_and_ogb():
+    rng = np.random.default_rng(2)
+    n, labels = 400, 5
+    y = (rng.random((n, labels)) < [0.1, 0.3, 0.5, 0.0, 0.2]).astype(np.float32)
+    y[:, 4] = 1.0  # one class only: left out of ROC-AUC, as OGB's evaluator does
+    logits = torch.from_numpy((2 * y - 1 + rng.normal(0, 1.5, (n, labels))).astype(np.float32))
+    logits[:, 3] = -9.0  # label 3: never on, never predicted (F1 0 in the macro average)
+    task = _task("multilabel", labels)
+    got = task.metrics(task.metric_sums(logits, torch.from_numpy(y)), "test")
+    pred = (torch.sigmoid(logits) > 0.5).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert abs(got["test_micro_f1"] - f1_score(y, pred, average="micro")) < EXACT
+        assert abs(got["test_macro_f1"] - f1_score(y, pred, average="macro")) < EXACT
+    prob = probabilities(logits)  # as exported: float32
+    assert np.abs(prob - torch.sigmoid(logits).numpy()).max() < 1e-7
+    ogb = np.mean([roc_auc_score(y[:, i], prob[:, i]) for i in range(3)])
+    assert task.gathers_rows
+    assert task.row_metrics(logits.numpy(), y, "test") == {"test_rocauc": ogb}
+    assert task.row_metrics(logits.numpy(), np.ones_like(y), "a") == {"a_rocauc": None}
+    cols = task.outputs(logits[:2], {"node_id": np.array([9, 4])})
+    assert list(cols) == ["node_id", "prob", "pred"]
+    assert np.array_equal(cols["prob"], prob[[1, 0]])
+    assert np.array_equal(cols["pred"], pred[[1, 0]].astype(np.int8))
+    # the positives' weights: negatives / positives per label over the training rows
+    balanced = task_class("multilabel")(TaskConfig(class_weights="balanced"))
+    train = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    balanced.bind(2, lambda: train)
+    assert balanced.weight.tolist() == [1.0, 3.0]
+    ref = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits[:4, :2], train, pos_weight=torch.tensor([1.0, 3.0]))
+    assert torch.isclose(balanced.loss(logits[:4, :2], train), ref)
+
+
+def test_split_figures_add_sums_and_gather_rows():
+    task = _task("multilabel", 2)
+    y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    out = torch.tensor([[2.0, -1.0], [-1.0, 0.5], [0.3, -0.2], [-2.0, 1.0]])
+    figures = split_figures(task, {"val": (out, y), "test": (out[:0], y[:0])})
+    # label 0 ranks both positives first (1.0), label 1 half of the pairs (0.5)
+    assert figures["val_rocauc"] == pytest.approx(0.75) and figures["test_rocauc"] is None
+    assert figures["val_micro_f1"] == pytest.approx(2 * 3 / (4 + 4))
+    assert figures["test_micro_f1"] is None
+
+
+def test_best_epoch_is_the_lowest_error_or_the_highest_score():
+    def best(task: Task, values: list) -> tuple[int, bool]:
+        key = task.selection_metric
+        records = [{"epoch": e + 1, key: v} for e, v in enumerate(values)]
+        trainer = SimpleNamespace(strategy=SimpleNamespace(task=task))
+        summary = Trainer._best_eval(trainer, records, {key: values[-1]})
+        return summary["best_epoch"], Trainer._is_best(trainer, records[:-1], records[-1])
+
+    regression, classification = _task("node_regression", 1), _task("node_classification", 2)
+    assert best(regression, [0.9, 0.5, 0.7, 0.5]) == (2, False)  # the first of equal errors
+    assert best(regression, [0.9, 0.5, 0.7, 0.4]) == (4, True)
+    assert best(classification, [0.5, 0.9, 0.7, 0.9]) == (2, False)
+    assert best(classification, [0.5, None, 0.7]) == (3, True)
 
 
 def test_field_regression_metrics_match_their_definitions():

@@ -108,15 +108,17 @@ class SampledStrategy(Strategy):
         self.split = {name: dgl.distributed.node_split(g.ndata[f"{name}_mask"], self.pb,
                                                        force_even=even or name != "train")
                       for name in ("train", "val", "test")}
-        meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
-        num_classes = int(meta.get("num_classes", 0)) or self._num_classes()
-        width = self.task.head_width(num_classes)
-        model = trainer.build_model(g.ndata["feat"].shape[1], width)
+        conf = Path(os.environ["DGL_CONF_PATH"])
+        self.task.check_labels(g.ndata["label"].dtype, str(conf))
+        self.label = CachedFeatures(g, "label", cache_halo=False)  # seeds are mostly owned
+        self.task.bind(self._label_width(json.loads(conf.read_text())),
+                       lambda: self.task.target(self.label[self.split["train"]]))
+        model = trainer.build_model(g.ndata["feat"].shape[1],
+                                    self.task.head_width(self.task.width))
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         s = self.cfg.sampled
         self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
                                    s.copy_own_features)
-        self.label = CachedFeatures(g, "label", cache_halo=False)  # seeds are mostly owned
         if self.cfg.sampled.rematerialize:
             remat.install(model)
         index = LocalIndex.build(g) if self.cfg.sampled.local_sampling else None
@@ -148,7 +150,7 @@ class SampledStrategy(Strategy):
                 lids = blocks[0].srcdata.pop(LOCAL_ID, None)  # sampled wholly in the partition
                 self.counter.add(blocks, all_local=lids is not None)
                 x, blocks = self.inputs(input_nodes, lids, blocks)
-                yield seeds, x, blocks, self.label[seeds]
+                yield seeds, x, blocks, self.task.target(self.label[seeds])
 
         loss_sum = seeds_seen = batches = 0.0
         scores = [0.0] * self.task.num_sums
@@ -253,7 +255,14 @@ class SampledStrategy(Strategy):
             self.ahead.close()
         dgl.distributed.exit_client()
 
-    def _num_classes(self) -> int:
-        """Classes from the labels, when the partition JSON does not say."""
-        label = self.g.ndata["label"][torch.arange(0, min(self.g.num_nodes(), 200_000))]
-        return int(dist.all_max([float(label.max())])[0]) + 1
+    def _label_width(self, meta: dict) -> int:
+        """Classes or targets per node, as the partition JSON records them (``num_classes`` /
+        ``num_targets``), else from the labels."""
+        label = self.g.ndata["label"]
+        if label.dtype.is_floating_point:
+            return int(meta.get("num_targets", 0)) or (int(label.shape[1])
+                                                       if len(label.shape) > 1 else 1)
+        if meta.get("num_classes"):
+            return int(meta["num_classes"])
+        some = label[torch.arange(0, min(self.g.num_nodes(), 200_000))]
+        return int(dist.all_max([float(some.max())])[0]) + 1

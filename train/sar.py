@@ -23,6 +23,7 @@ from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph.sar.model import check_model, prepare_model
 from dsgraph.sar.worker import setup_worker
+from dsgraph.tasks.evaluation import split_figures
 from dsgraph.trainer import Strategy, Trainer
 
 SPLITS = ("train", "val", "test")
@@ -48,15 +49,22 @@ class SarStrategy(Strategy):
         self.w.plan.materialize(self.cfg.sar.mode, self.cfg.seqagg.chunk_rows)
         nd = self.w.part.ndata
         self.x = nd["feat"].to(trainer.dtype)
-        self.label = nd["label"].long()
+        self.task.check_labels(nd["label"].dtype, str(part_json))
+        self.label = self.task.target(nd["label"])
         self.masks = {k: self.w.local_mask(f"{k}_mask") for k in SPLITS}
         self.counts = dict(zip(SPLITS, dist.all_sum([float(m.sum()) for m in self.masks.values()])))
         if self.counts["train"] == 0:
             raise DataError(f"{part_json}: no node has train_mask set")
-        top = float(self.label.max()) if self.label.numel() else 0.0
-        num_classes = int(dist.all_max([top])[0]) + 1
-        width = self.task.head_width(num_classes)
+        self.task.bind(self._label_width(), lambda: self.label[self.masks["train"]])
+        width = self.task.head_width(self.task.width)
         return prepare_model(trainer.build_model(self.x.shape[1], width))
+
+    def _label_width(self) -> int:
+        """Targets per node (float labels), or classes: the largest class id on any worker + 1."""
+        if self.label.dtype.is_floating_point:
+            return int(self.label.shape[1]) if self.label.dim() > 1 else 1
+        top = float(self.label.max()) if self.label.numel() else 0.0
+        return int(dist.all_max([top])[0]) + 1
 
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One full-graph step; the loss of every worker's labelled nodes, summed."""
@@ -79,10 +87,8 @@ class SarStrategy(Strategy):
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """The task's full-graph metrics on the validation and test nodes."""
         out = trainer.model(self.w.graph, self.x)
-        sums = dist.all_sum([v for k in SPLITS[1:]
-                             for v in self.task.metric_sums(out[self.masks[k]],
-                                                            self.label[self.masks[k]])])
-        return self.task.split_metrics(sums, SPLITS[1:])
+        return split_figures(self.task, {k: (out[self.masks[k]], self.label[self.masks[k]])
+                                         for k in SPLITS[1:]})
 
     def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
         """Every node's outputs: each worker forwards the whole graph and keeps its own nodes'

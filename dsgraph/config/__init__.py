@@ -1,8 +1,8 @@
 """Run configuration: the section dataclasses, YAML loading, ``--set`` overrides, validation.
 
 A YAML file has one mapping per section (``dataset``, ``partition``, ``model``, ``train``,
-``sampled``, ``sar``, ``physics``, ``seqagg``, ``compression``, ``cluster``); every key is
-optional and defaults to the dataclass default. Anything invalid, alone or in combination, raises
+``task``, ``sampled``, ``sar``, ``physics``, ``seqagg``, ``compression``, ``cluster``); every key
+is optional and defaults to the dataclass default. Anything invalid, alone or in combination, raises
 :class:`ConfigError` with one line naming the file, the key path and what is allowed.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from dsgraph.config.checks import cross_check
 from dsgraph.config.limits import clip, quote_key, short_repr
-from dsgraph.config.schema import build_section, reference_rows
+from dsgraph.config.schema import build_section, migrate_moved_keys, reference_rows
 from dsgraph.config.yamlfile import YamlRefused, load_text, read_yaml
 from dsgraph.config.modes import PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 from dsgraph.config.sections import (
@@ -26,6 +26,7 @@ from dsgraph.config.sections import (
     DatasetConfig,
     ModelConfig,
     PartitionConfig,
+    TaskConfig,
     TrainConfig,
 )
 from dsgraph.errors import ConfigError
@@ -33,21 +34,27 @@ from dsgraph.fsutil import atomic_write_text
 
 __all__ = ["ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DatasetConfig",
            "ModelConfig", "PartitionConfig", "PhysicsConfig", "SampledConfig", "SarConfig",
-           "SeqaggConfig", "TrainConfig", "SECTIONS", "add_cli_args", "dump", "from_dict", "load",
-           "parse_override", "reference_table"]
+           "SeqaggConfig", "TaskConfig", "TrainConfig", "SECTIONS", "add_cli_args", "dump",
+           "from_dict", "load", "parse_override", "reference_table"]
 
 SECTIONS = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
 MAX_SET_CHARS = 2 ** 16  # one --set: a line or two of YAML (an argument is at most 128 KiB)
 
 
-def from_dict(data: Any, src: str = "<config>", host_checks: bool = True) -> Config:
-    """Validate a parsed YAML mapping into a :class:`Config` (fields, then cross-field rules;
-    ``host_checks``: sizes against this host's memory too)."""
+def from_dict(data: Any, src: str = "<config>", resolved: bool = False) -> Config:
+    """Validate a parsed YAML mapping into a :class:`Config` (fields, then cross-field rules).
+
+    ``resolved``: the mapping is a run's resolved config, written by dsgraph and checked by its
+    launcher: a key that has moved since is read at its new place (a user's own config is told
+    where it went instead), and sizes are not checked against this host's memory (a job
+    process may run on another host)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: expected a mapping of sections at the top level, got "
                           f"{short_repr(data)}")
+    if resolved:
+        data = migrate_moved_keys(data)
     unknown = sorted(set(data) - set(SECTIONS), key=str)  # YAML keys need not be strings
     if unknown:
         raise ConfigError(f"{src}: {quote_key(unknown[0])}: unknown section; allowed sections: "
@@ -55,7 +62,7 @@ def from_dict(data: Any, src: str = "<config>", host_checks: bool = True) -> Con
     hints = typing.get_type_hints(Config)
     sections = {name: build_section(hints[name], data.get(name), name, src) for name in SECTIONS}
     cfg = Config(**sections, source=src)
-    cross_check(cfg, host_checks)
+    cross_check(cfg, host=not resolved)
     return cfg
 
 
@@ -102,10 +109,9 @@ def _apply_override(data: dict, text: str) -> None:
 
 
 def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] = (),
-         host_checks: bool = True) -> Config:
+         resolved: bool = False) -> Config:
     """Read a YAML config file (None = built-in defaults), apply ``--set`` overrides, validate
-    (``host_checks=False``: a run's resolved config, already checked by its launcher, read by
-    a job process, possibly on another host)."""
+    (``resolved``: a run folder's config.yaml, see :func:`from_dict`)."""
     src = str(path) if path is not None else "<defaults>"
     data: Any = {}
     if path is not None:
@@ -117,7 +123,7 @@ def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] 
                               f"got {type(data).__name__}")
     for text in overrides:
         _apply_override(data, text)
-    return from_dict(data, src, host_checks)
+    return from_dict(data, src, resolved)
 
 
 def dump(cfg: Config, path: str | os.PathLike) -> None:

@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 from dsgraph.config.limits import check_sizes, short_repr
+from dsgraph.config.modes import GRAPH_DATASETS
 from dsgraph.config.sections import Config, mode_sections
 from dsgraph.errors import ConfigError
 
 FILE_DATASETS = ("file", "csv", "ogb", "fields")  # the datasets that read dataset.path
+# What each node task trains on (dataset.target); the Task classes declare the same
+# (Task.dataset_target; tests/test_tasks.py checks they agree). This module imports no task:
+# dsgraph.config loads without torch.
+TASK_TARGETS = {"node_classification": "class", "node_regression": "regression",
+                "multilabel": "multilabel"}
+# Tasks whose loss takes task.class_weights, and what one weight is of.
+WEIGHTED_TASKS = {"node_classification": "class", "multilabel": "label"}
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
                "ogb": "an OGB dataset folder (holding raw/ and split/)",
                "fields": "a field file (.npz, or .pt from torch.save)"}
@@ -14,7 +22,7 @@ DATASET_READERS = {"path": (FILE_DATASETS, None), "split": (FILE_DATASETS, None)
                    "add_reverse_edges": (("file", "csv", "ogb"), "auto"),
                    "test_path": (("fields",), None), "transfer_path": (("fields",), None),
                    "x_key": (("fields",), "x"), "y_key": (("fields",), "y"),
-                   "pos_key": (("fields",), "pos")}
+                   "pos_key": (("fields",), "pos"), "target": (GRAPH_DATASETS, "class")}
 PHYSICS_READERS = {"test_resolution": "darcy", "test_points": "airfoil"}
 
 
@@ -31,10 +39,10 @@ def cross_check(cfg: Config, host: bool = True) -> None:
         raise ConfigError(f"{src}: train.mode: expected one of "
                           f"{', '.join(map(repr, modes))}, got {short_repr(t.mode)}")
     section = modes[t.mode]
-    if t.task != "auto" and t.task not in section.TASKS:
-        raise ConfigError(f"{src}: train.task: expected 'auto' or one of "
+    if cfg.task.name != "auto" and cfg.task.name not in section.TASKS:
+        raise ConfigError(f"{src}: task.name: expected 'auto' or one of "
                           f"{', '.join(map(repr, section.TASKS))} for train.mode {t.mode!r}, "
-                          f"got {short_repr(t.task)}")
+                          f"got {short_repr(cfg.task.name)}")
     check_dataset_inputs(cfg)
     wanted = section.DATASETS
     if d.name not in wanted:
@@ -43,6 +51,7 @@ def cross_check(cfg: Config, host: bool = True) -> None:
         raise ConfigError(f"{src}: dataset.name: expected {choices} for train.mode {t.mode!r}, "
                           f"got {short_repr(d.name)}")
     section.check(cfg)
+    check_task(cfg)
     c = cfg.compression
     if c.levels == "optimal" and c.bits != 2:
         raise ConfigError(f"{src}: compression.levels: 'optimal' needs compression.bits 2, "
@@ -57,6 +66,36 @@ def cross_check(cfg: Config, host: bool = True) -> None:
     if netns and not cfg.cluster.ip_config:
         raise ConfigError(f"{src}: cluster.ip_config: expected the machines' addresses (one "
                           f"'IP [PORT]' line per namespace) with cluster.netns, got null")
+
+
+def check_task(cfg: Config) -> None:
+    """The data holds what the task trains on (``dataset.target``); ``task.class_weights`` is
+    valid for the task (and, for a generated graph, has one weight per class or label)."""
+    src, d, name, weights = cfg.source, cfg.dataset, cfg.task_name, cfg.task.class_weights
+    wanted = TASK_TARGETS.get(name)
+    if wanted is not None and d.target != wanted:
+        raise ConfigError(f"{src}: dataset.target: task {name!r} trains on {wanted!r} targets; "
+                          f"expected {wanted!r}, got {short_repr(d.target)}")
+    if isinstance(weights, str):
+        if weights != "none" and name not in WEIGHTED_TASKS:
+            raise ConfigError(f"{src}: task.class_weights: task {name!r} has no classes to "
+                              f"weight; expected 'none', got {short_repr(weights)}")
+        return
+    if name not in WEIGHTED_TASKS:
+        raise ConfigError(f"{src}: task.class_weights: task {name!r} has no classes to weight; "
+                          f"expected 'none', got {short_repr(weights)}")
+    ok = all(isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < float("inf")
+             for w in weights)
+    if not ok or not weights or not any(w > 0 for w in weights):
+        raise ConfigError(f"{src}: task.class_weights: expected 'none', 'balanced' or a list of "
+                          f"numbers >= 0 (one per {WEIGHTED_TASKS[name]}, not all 0), got "
+                          f"{short_repr(weights)}")
+    if d.name == "synthetic":
+        count = d.num_classes if name == "node_classification" else d.num_targets
+        key = "num_classes" if name == "node_classification" else "num_targets"
+        if len(weights) != count:
+            raise ConfigError(f"{src}: task.class_weights: expected {count} weights (one per "
+                              f"{WEIGHTED_TASKS[name]}, dataset.{key}), got {len(weights)}")
 
 
 def check_dataset_inputs(cfg: Config) -> None:

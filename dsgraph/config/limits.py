@@ -137,7 +137,8 @@ def weight_estimate(cfg: Config) -> Optional[tuple[int, str, Any]]:
     synthetic = cfg.dataset.name == "synthetic"
     # Input and output widths come from the data; only a generated graph's are known now.
     in_feats = cfg.dataset.feat_dim if synthetic else 1
-    classes = cfg.dataset.num_classes if synthetic else 1
+    d = cfg.dataset
+    classes = (d.num_classes if d.target == "class" else d.num_targets) if synthetic else 1
     count = params(values, args, in_feats, classes)
     # Built in float32 (then cast): float64 weights need twice that.
     nbytes = count * (8 if cfg.train.dtype == "float64" else 4)
@@ -217,9 +218,10 @@ def check_dataset_bytes(cfg: Config) -> None:
     d, p = cfg.dataset, cfg.physics
     if d.name == "synthetic":
         n = d.num_nodes
-        # float32 features, int64 labels, three masks; int64 src and dst of every directed edge
-        # (the generator's own temporaries come on top); the community means
-        nbytes = int(n * (4 * d.feat_dim + 8 + 3) + n * d.avg_degree * 16
+        # float32 features, int64 labels (float32 targets), three masks; int64 src and dst of
+        # every directed edge (the generator's own temporaries come on top); the community means
+        label = 8 if d.target == "class" else 4 * d.num_targets
+        nbytes = int(n * (4 * d.feat_dim + label + 3) + n * d.avg_degree * 16
                      + 4 * d.num_classes * d.feat_dim)
         sizes = {"num_nodes": (n, 100_000), "feat_dim": (d.feat_dim, 100),
                  "avg_degree": (d.avg_degree, 10.0), "num_classes": (d.num_classes, 40)}

@@ -15,6 +15,7 @@ from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
+NODE_TASKS = ("node_classification", "node_regression", "multilabel")
 
 
 class ModeSection:
@@ -22,7 +23,7 @@ class ModeSection:
 
     MODE: ClassVar[str]  # the train.mode value this section configures
     DATASETS: ClassVar[tuple[str, ...]]  # dataset.name values the mode trains on
-    TASKS: ClassVar[tuple[str, ...]] = ("node_classification",)  # train.task values; first: auto
+    TASKS: ClassVar[tuple[str, ...]]  # task.name values the mode runs; the first is auto's
 
     def num_machines(self, cfg: Any) -> int:
         """Hosts of the job (lines of ``cluster.ip_config``): one per partition by default."""
@@ -42,6 +43,7 @@ class SampledConfig(ModeSection):
 
     MODE: ClassVar[str] = "sampled"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS
 
     batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1, cap=MAX_BATCH)
     fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
@@ -102,6 +104,7 @@ class SarConfig(ModeSection):
 
     MODE: ClassVar[str] = "sar"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS
 
     mode: Literal["sar", "sa", "one_shot"] = opt(
         "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "

@@ -23,6 +23,7 @@ MOVED = {
     "sar.timeout_s": "train.collective_timeout_s", "cluster.timeout_s": "train.timeout_s",
     "physics.lr_schedule": "train.lr_schedule", "physics.grad_clip": "train.grad_clip",
     "physics.eval_every": "train.eval_every", "sar.chunk_rows": "seqagg.chunk_rows",
+    "train.task": "task.name",
 }
 
 
@@ -32,8 +33,10 @@ def describe(tp: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(_choice(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return describe(inner[0]) + " or null"
+        args = typing.get_args(tp)
+        inner = [a for a in args if a is not type(None)]
+        return " or ".join(describe(a) for a in inner) + (" or null" if len(inner) < len(args)
+                                                          else "")
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
             list: "a list", dict: "a mapping"}.get(origin or tp, str(tp))
 
@@ -56,10 +59,18 @@ def _coerce(tp: Any, value: Any, where: str, src: str) -> Any:
             fail(describe(tp))
         return value
     if origin in (typing.Union, types.UnionType):
-        if value is None:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
             return None
-        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
-        return _coerce(inner, value, where, src)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:  # Optional[X]: X's own message
+            return _coerce(inner[0], value, where, src)
+        for alternative in inner:  # the first that takes it
+            try:
+                return _coerce(alternative, value, where, src)
+            except ConfigError:
+                continue
+        fail(describe(tp))
     checks = {bool: lambda v: isinstance(v, bool),
               int: lambda v: isinstance(v, int) and not isinstance(v, bool),
               float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -118,6 +129,24 @@ def _bounds(md: Any, prefix: str, cap: Any = None) -> str:
     """The range ``prefix + ge`` ... in words (``>= 1 and <= 1000``), and ``<= cap`` if given."""
     parts = [f"{w} {md[prefix + k]}" for k, w in _WORDS if md.get(prefix + k) is not None]
     return " and ".join(parts + ([f"<= {cap}"] if cap is not None else []))
+
+
+def migrate_moved_keys(data: dict) -> dict:
+    """``data`` with every :data:`MOVED` key read at its new place (unless that is set too):
+    run folders written before a key moved stay readable."""
+    data = {name: dict(section) if isinstance(section, dict) else section
+            for name, section in data.items()}
+    for old, new in MOVED.items():
+        old_section, old_key = old.split(".")
+        new_section, new_key = new.split(".")
+        section = data.get(old_section)
+        if not isinstance(section, dict) or old_key not in section:
+            continue
+        value = section.pop(old_key)
+        target = data.setdefault(new_section, {})
+        if isinstance(target, dict):
+            target.setdefault(new_key, value)
+    return data
 
 
 def build_section(cls: type, data: Any, section: str, src: str) -> Any:

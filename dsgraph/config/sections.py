@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from dsgraph.config.fields import (MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST, MAX_PROCESSES,
                                    MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
@@ -56,6 +56,12 @@ class DatasetConfig:
     num_nodes: int = opt(100_000, "synthetic graph: nodes", ge=10, cap=MAX_NODES)
     avg_degree: float = opt(10.0, "synthetic graph: mean in-degree", gt=0, cap=MAX_FANOUT)
     num_classes: int = opt(40, "synthetic graph: classes (= communities)", ge=2, cap=MAX_WIDTH)
+    target: Literal["class", "regression", "multilabel"] = opt(
+        "class", "what a graph's `label` holds (`synthetic`, `file`, `csv`, `ogb`): one class id "
+                 "per node, float targets (one column each) or 0/1 labels (one column each); "
+                 "it must be what `task.name` trains (docs/tasks.md)")
+    num_targets: int = opt(4, "synthetic graph with `target` `regression` / `multilabel`: "
+                              "targets / labels per node", ge=1, cap=MAX_WIDTH)
     feat_dim: int = opt(100, "synthetic graph: feature width", ge=1, cap=MAX_WIDTH)
     homophily: float = opt(0.85, "fraction of edges inside a community", ge=0, le=1)
     feat_signal: float = opt(0.2, "features = `feat_signal * mu[class] + N(0, 1)`", ge=0)
@@ -102,8 +108,6 @@ class TrainConfig:
 
     mode: str = opt("sampled", "`sampled` (DistGraph + mini-batches), `sar` (full-batch), "
                                "`dsmpnn` (physics)")
-    task: str = opt("auto", "what the model learns: `node_classification` (`sampled`, `sar`), "
-                            "`field_regression` (`dsmpnn`); `auto` = the mode's own")
     epochs: int = opt(3, "epochs to train (a resumed run continues up to this)", ge=1,
                       cap=MAX_EPOCHS)
     lr: float = opt(0.01, "Adam learning rate", gt=0)
@@ -123,6 +127,20 @@ class TrainConfig:
     collective_timeout_s: float = opt(600.0, "limit of one gloo operation: a dead peer fails "
                                              "the job instead of hanging it", gt=0,
                                       cap=MAX_TIMEOUT_S)
+
+
+@dataclass
+class TaskConfig:
+    """What the model learns (docs/tasks.md): the task and its options for imbalanced labels."""
+
+    name: str = opt("auto", "`node_classification`, `node_regression`, `multilabel` (modes "
+                            "`sampled`, `sar`), `field_regression` (`dsmpnn`); `auto` = the "
+                            "mode's first")
+    class_weights: Union[Literal["none", "balanced"], list] = opt(
+        "none", "`node_classification`: loss weight per class; `multilabel`: weight of each "
+                "label's positives; `balanced` = from the training nodes' label counts over all "
+                "ranks (n / (classes * count), negatives / positives), or a list, one number "
+                ">= 0 per class or label", max_len=MAX_WIDTH)
 
 
 @dataclass
@@ -181,6 +199,7 @@ class Config:
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     sampled: SampledConfig = field(default_factory=SampledConfig)
     sar: SarConfig = field(default_factory=SarConfig)
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
@@ -195,9 +214,9 @@ class Config:
         return next(s for s in mode_sections(self) if s.MODE == self.train.mode)
 
     @property
-    def task(self) -> str:
-        """The task trained: ``train.task``, or the mode's own for ``auto``."""
-        return self.mode_section.TASKS[0] if self.train.task == "auto" else self.train.task
+    def task_name(self) -> str:
+        """The task trained: ``task.name``, or the mode's first for ``auto``."""
+        return self.mode_section.TASKS[0] if self.task.name == "auto" else self.task.name
 
     @property
     def num_workers(self) -> int:

@@ -1,4 +1,7 @@
-"""Datasets: synthetic community graphs, user graph files (npz/DGL, DGL CSV, OGB), physics."""
+"""Datasets: synthetic community graphs, user graph files (npz/DGL, DGL CSV, OGB), physics.
+
+A graph's ``label`` is what ``dataset.target`` says: class ids (int64), or float targets / 0/1
+labels (float32, nodes x columns)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +22,7 @@ NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
 
 def load_graph(cfg: DatasetConfig) -> dgl.DGLGraph:
-    """The node-classification DGLGraph for ``cfg`` (ndata: feat, label, *_mask)."""
+    """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask)."""
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg)
     elif cfg.name == "synthetic":
@@ -37,16 +40,18 @@ def _load_file_dataset(cfg: DatasetConfig) -> dgl.DGLGraph:
     """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``."""
     split = cfg.split
     if cfg.name == "ogb":
-        return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges)
+        return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
     reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
     if cfg.name == "csv":
-        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse)
-    return load_graph_file(cfg.path, split, cfg.seed, reverse)
+        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target)
+    return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
 
 
 def _load_synthetic(cfg: DatasetConfig) -> dgl.DGLGraph:
     """The generated graph, cached under ``cache_dir`` by a hash of its parameters."""
     params = {k: v for k, v in vars(cfg).items() if k not in NOT_SYNTHETIC}
+    if cfg.target == "class":  # graphs cached before targets existed keep their key
+        params = {k: v for k, v in params.items() if k not in ("target", "num_targets")}
     path = Path(cfg.cache_dir) / f"synthetic-{param_hash(params)}.dgl"
 
     def load(p: str):

@@ -1,8 +1,10 @@
-"""Node-classification arrays read from a user's files: checks, masks and the DGLGraph built.
+"""Node-task arrays read from a user's files: checks, masks and the DGLGraph built.
 
 Every reader (``file``, ``csv``, ``ogb``) turns its input into numpy arrays: ``src`` / ``dst``
-edge lists, ``feat`` (nodes x features), ``label`` (one class id per node, ``-1`` = unlabelled
-where the format allows it) and optional boolean masks. The checks here raise
+edge lists, ``feat`` (nodes x features), ``label`` and optional boolean masks. What ``label``
+holds is ``dataset.target``: ``class``, one class id per node (``-1`` = unlabelled where the
+format allows it); ``regression``, float targets (nodes x targets); ``multilabel``, 0/1 per
+label (nodes x labels), both float32 with a NaN row for an unlabelled node. The checks here raise
 :class:`DataError` with one line naming the file an array came from (``sources[key]``) and the
 key, so a bad input is reported before it can crash a distributed job later.
 """
@@ -22,6 +24,7 @@ from dsgraph.data.split import MASKS, random_split
 from dsgraph.errors import DataError
 
 UNLABELLED = -1  # label of a node without a class (NaN in OGB / CSV label files)
+TARGET_WORDS = {"regression": "float targets", "multilabel": "0/1 labels"}
 
 
 class Sources(dict):
@@ -101,8 +104,21 @@ def check_feat(where: Mapping[str, str], feat: np.ndarray) -> int:
 
 
 def check_label(where: Mapping[str, str], label: np.ndarray, n: int,
-                unlabelled_ok: bool = False) -> None:
-    """Check one integer class id per node (``-1``, unlabelled, allowed if ``unlabelled_ok``)."""
+                unlabelled_ok: bool = False, target: str = "class") -> np.ndarray:
+    """The labels as ``target`` stores them, checked: one integer class id per node (``-1``,
+    unlabelled, allowed if ``unlabelled_ok``), or float targets / 0/1 labels, one row per node
+    (a NaN row unlabelled, if ``unlabelled_ok``)."""
+    if target != "class":
+        if label.ndim not in (1, 2) or label.shape[0] != n:
+            raise DataError(f"{where['label']}: label: expected {n} rows (one per feat row) of "
+                            f"{TARGET_WORDS[target]}, got shape {tuple(label.shape)}")
+        values = label_columns(where["label"], label if label.ndim == 2 else label[:, None],
+                               target)
+        if not unlabelled_ok and np.isnan(values).any():
+            first = int(np.flatnonzero(np.isnan(values).any(1))[0])
+            raise DataError(f"{where['label']}: label: expected a value in every row, got NaN "
+                            f"at node {first}")
+        return values
     if label.ndim != 1 or label.shape[0] != n:
         raise DataError(f"{where['label']}: label: expected a 1-D array of length {n} (one per "
                         f"feat row), got shape {tuple(label.shape)}")
@@ -114,6 +130,7 @@ def check_label(where: Mapping[str, str], label: np.ndarray, n: int,
         first = int(np.flatnonzero(label < low)[0])
         raise DataError(f"{where['label']}: label: expected class ids >= 0, got "
                         f"{int(label[first])} at node {first}")
+    return label
 
 
 def check_edges(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, n: int) -> None:
@@ -161,7 +178,7 @@ def resolve_masks(where: Mapping[str, str], nd: dict[str, np.ndarray], n: int,
                   split: Optional[Sequence[float]], seed: int) -> dict[str, np.ndarray]:
     """The three masks: drawn from ``split`` when it is set (it replaces a file's masks), else the
     file's own; labelled nodes only either way. A file without masks needs ``split``."""
-    labelled = nd["label"] != UNLABELLED
+    labelled = labelled_rows(nd["label"])
     if split is not None:
         masks = random_split(n, split, seed, eligible=labelled)
     else:
@@ -197,7 +214,8 @@ def build_graph(src: np.ndarray, dst: np.ndarray, feat: np.ndarray, label: np.nd
     g = dgl.graph((torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst.astype(np.int64))),
                   num_nodes=n)
     g.ndata["feat"] = torch.from_numpy(np.ascontiguousarray(feat, dtype=np.float32))
-    g.ndata["label"] = torch.from_numpy(label.astype(np.int64))
+    # class ids as int64; float targets and 0/1 labels as float32 (the trainers' dtypes)
+    g.ndata["label"] = torch.from_numpy(label.astype(np.float32 if label.ndim == 2 else np.int64))
     for key in MASKS:
         g.ndata[key] = torch.from_numpy(np.asarray(masks[key]).astype(bool))
     return g
@@ -205,10 +223,11 @@ def build_graph(src: np.ndarray, dst: np.ndarray, feat: np.ndarray, label: np.nd
 
 def finish(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, nd: dict[str, np.ndarray],
            split: Optional[Sequence[float]], seed: int, reverse: bool,
-           unlabelled_ok: bool = False) -> dgl.DGLGraph:
-    """Check every array, settle the masks, add reverse edges if asked; return the DGLGraph."""
+           unlabelled_ok: bool = False, target: str = "class") -> dgl.DGLGraph:
+    """Check every array (``label`` as ``target`` reads it), settle the masks, add reverse edges
+    if asked; return the DGLGraph."""
     n = check_feat(where, nd["feat"])
-    check_label(where, nd["label"], n, unlabelled_ok)
+    nd = {**nd, "label": check_label(where, nd["label"], n, unlabelled_ok, target)}
     check_edges(where, src, dst, n)
     masks = resolve_masks(where, nd, n, split, seed)
     if reverse:
@@ -216,12 +235,41 @@ def finish(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, nd: dict[
     return build_graph(src, dst, nd["feat"], nd["label"], masks, n)
 
 
+def labelled_rows(label: np.ndarray) -> np.ndarray:
+    """Which nodes have a label: a class id other than ``-1``, or a row without NaN."""
+    if label.ndim == 2:
+        return ~np.isnan(label).any(axis=1)
+    return label != UNLABELLED
+
+
+def label_columns(where: str, values: np.ndarray, target: str) -> np.ndarray:
+    """A label table (nodes x columns, from a text or array file) as ``target`` reads it: class
+    ids (:func:`float_labels`), or float32 targets / 0/1 labels, NaN for a missing value (its
+    node then counts as unlabelled)."""
+    if target == "class":
+        return float_labels(where, values)
+    if values.ndim != 2 or values.shape[1] == 0:
+        raise DataError(f"{where}: label: expected one column per {TARGET_WORDS[target][:-1]}, "
+                        f"got shape {tuple(values.shape)}")
+    if not (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)
+            or values.dtype == np.bool_):
+        raise DataError(f"{where}: label: expected numbers, got dtype {values.dtype}")
+    v = values.astype(np.float64)
+    bad = np.isinf(v) if target == "regression" else ~(np.isnan(v) | (v == 0) | (v == 1))
+    if bad.any():
+        row, col = (int(i[0]) for i in np.nonzero(bad))
+        wanted = "finite numbers" if target == "regression" else "0 or 1"
+        raise DataError(f"{where}: label: expected {wanted} (NaN for unlabelled), got "
+                        f"{float(v[row, col])!r} at node {row}, column {col}")
+    return v.astype(np.float32)
+
+
 def float_labels(where: str, values: np.ndarray) -> np.ndarray:
     """Class ids from a text file's label column: NaN = unlabelled (``-1``), else integers >= 0."""
     if values.ndim != 2 or values.shape[1] != 1:
         cols = values.shape[1] if values.ndim == 2 else "no"
         raise DataError(f"{where}: label: expected one label column (N x 1), got {cols} columns "
-                        f"(multi-label tasks are not supported)")
+                        f"(several columns: set dataset.target to multilabel or regression)")
     v = values[:, 0]
     if np.issubdtype(v.dtype, np.integer):
         bad = v < 0

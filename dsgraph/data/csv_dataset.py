@@ -4,7 +4,9 @@ One homogeneous graph: one ``node_data`` and one ``edge_data`` entry in ``meta.y
 one graph id. Node columns ``feat`` (a quoted list of numbers per row, as DGL's format writes
 vectors) and ``label`` are required, ``train_mask`` / ``val_mask`` / ``test_mask`` optional (all
 three, or none and ``dataset.split``); an empty or NaN ``label`` cell marks an unlabelled node
-(label -1 here), which no mask holds. Other node columns and all edge columns are ignored.
+(label -1 here), which no mask holds. ``label`` holds what ``dataset.target`` says: a class id,
+or (``regression``, ``multilabel``) a number or a quoted list of numbers per row, one per target
+or 0/1 label. Other node columns and all edge columns are ignored.
 Nodes are numbered in the order of their sorted ``node_id``, as DGL numbers them.
 
 DGL caches the parsed graph in ``<folder>/<dataset_name>/`` and reuses it even after the CSV
@@ -27,8 +29,8 @@ import pandas as pd
 import yaml
 from dgl.data import CSVDataset
 
-from dsgraph.data.arrays import MASKS, Sources, finish, float_labels, short_error, user_path
-from dsgraph.errors import DataError
+from dsgraph.data.arrays import MASKS, Sources, finish, label_columns, short_error, user_path
+from dsgraph.errors import DataError, StorageError
 from dsgraph.fsutil import atomic_write_with
 
 META = "meta.yaml"
@@ -67,21 +69,31 @@ class NodeColumns:
         return out
 
     def _vectors(self, key: str, col: pd.Series) -> np.ndarray:
-        """A text column of comma-separated numbers (optionally in brackets), one row each."""
-        rows = []
+        """A text column of comma-separated numbers (optionally in brackets), one row each; an
+        empty cell is a row of NaN (an unlabelled node's ``label``, say)."""
+        rows: list = []
+        width, first = None, 0
         for i, cell in enumerate(col.tolist()):
+            if pd.isna(cell):
+                rows.append(None)
+                continue
             text = str(cell).strip().strip("[]()")
             try:
-                rows.append(np.array([float(v) for v in text.split(",")] if text else [],
-                                     dtype=np.float64))
+                row = np.array([float(v) for v in text.split(",")] if text else [],
+                               dtype=np.float64)
             except ValueError:
                 raise DataError(f"{self.where}: {key}: expected numbers (a quoted, comma-"
                                 f"separated list), got {str(cell)[:40]!r} at line {i + 2}"
                                 ) from None
-            if rows[-1].shape != rows[0].shape:
-                raise DataError(f"{self.where}: {key}: expected {rows[0].size} values per row "
-                                f"(as on line 2), got {rows[-1].size} at line {i + 2}")
-        return np.stack(rows) if rows else np.zeros((0, 0))
+            if width is None:
+                width, first = row.size, i
+            elif row.size != width:
+                raise DataError(f"{self.where}: {key}: expected {width} values per row "
+                                f"(as on line {first + 2}), got {row.size} at line {i + 2}")
+            rows.append(row)
+        if width is None:
+            return np.full((len(rows), 1), np.nan) if rows else np.zeros((0, 0))
+        return np.stack([np.full(width, np.nan) if r is None else r for r in rows])
 
 
 class _CachedCSVDataset(CSVDataset):
@@ -101,18 +113,19 @@ class _CachedCSVDataset(CSVDataset):
     def save(self) -> None:
         """Write the cache atomically; a cache that cannot be written is skipped, not fatal."""
         target = Path(self.save_path) / f"{self.name}.bin"
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StorageError):  # fsutil names storage causes
             atomic_write_with(target, lambda tmp: dgl.save_graphs(tmp, self.graphs,
                                                                  labels=self.data))
 
 
 def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLike = "data",
                      split: Optional[Sequence[float]] = None, seed: int = 0,
-                     reverse_edges: bool = False) -> dgl.DGLGraph:
+                     reverse_edges: bool = False, target: str = "class") -> dgl.DGLGraph:
     """Read and check a DGL CSV dataset folder; return the DGLGraph (ndata feat, label, masks).
 
     ``split`` (train, val, test fractions, drawn with ``seed`` among labelled nodes) replaces the
-    file's masks and is required when it has none; ``reverse_edges`` appends every edge reversed.
+    file's masks and is required when it has none; ``reverse_edges`` appends every edge reversed;
+    ``target`` is what ``label`` holds (``dataset.target``).
     """
     folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
     node_file, edge_file, names = _check_meta(folder)
@@ -134,8 +147,9 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     g = ds.graphs[0]
     where = Sources(str(folder / node_file), src=str(folder / edge_file),
                     dst=str(folder / edge_file))
-    src, dst, nd = _arrays(g, where)
-    return finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True)
+    src, dst, nd = _arrays(g, where, target)
+    return finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
+                  target=target)
 
 
 def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
@@ -177,9 +191,10 @@ def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
     return entries["node_data"], entries["edge_data"], names
 
 
-def _arrays(g: dgl.DGLGraph, where: Sources) -> tuple[np.ndarray, np.ndarray,
-                                                     dict[str, np.ndarray]]:
-    """Edge lists and node columns of the parsed graph; ``label`` as class ids (-1 unlabelled)."""
+def _arrays(g: dgl.DGLGraph, where: Sources, target: str = "class"
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Edge lists and node columns of the parsed graph; ``label`` as ``target`` reads it (class
+    ids, -1 unlabelled; targets or 0/1 labels, a column each)."""
     if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
         raise DataError(f"{where.default}: expected a homogeneous graph (one node and one edge "
                         f"type), got {len(g.ntypes)} node types and {len(g.canonical_etypes)} "
@@ -193,7 +208,7 @@ def _arrays(g: dgl.DGLGraph, where: Sources) -> tuple[np.ndarray, np.ndarray,
     if nd["feat"].ndim == 1:  # one number per row: a single feature column
         nd["feat"] = nd["feat"][:, None]
     label = nd["label"]
-    if label.ndim == 1:
-        nd["label"] = float_labels(where["label"], label[:, None])
+    nd["label"] = label_columns(where["label"], label[:, None] if label.ndim == 1 else label,
+                                target)
     src, dst = (t.numpy() for t in g.edges())
     return src, dst, nd

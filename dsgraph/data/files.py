@@ -1,11 +1,13 @@
 """User graph files: a ``dgl.save_graphs`` binary or an ``.npz`` of edges, features, labels, masks.
 
 Both formats carry node data ``feat`` (nodes x features, floating point), ``label`` (one
-non-negative integer per node) and boolean ``train_mask`` / ``val_mask`` / ``test_mask``; an
-``.npz`` also carries the edge list as ``src`` / ``dst`` integer arrays. The number of nodes is the
-number of feature rows. A file without any of the masks needs ``dataset.split`` (which, when set,
-replaces a file's masks). Every problem found raises :class:`DataError` with one line naming the
-file and the key, because a bad input file must be reported, not crash a distributed job later.
+non-negative integer per node; with ``dataset.target`` ``regression`` / ``multilabel`` numbers,
+one row per node and a column per target or 0/1 label) and boolean ``train_mask`` /
+``val_mask`` / ``test_mask``; an ``.npz`` also carries the edge list as ``src`` / ``dst``
+integer arrays. The number of nodes is the number of feature rows. A file without any of the
+masks needs ``dataset.split`` (which, when set, replaces a file's masks). Every problem found
+raises :class:`DataError` with one line naming the file and the key, because a bad input file
+must be reported, not crash a distributed job later.
 """
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ Arrays = tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]  # src, dst, node 
 
 
 def load_graph_file(path: str | os.PathLike | None, split: Optional[Sequence[float]] = None,
-                    seed: int = 0, reverse_edges: bool = False) -> dgl.DGLGraph:
+                    seed: int = 0, reverse_edges: bool = False,
+                    target: str = "class") -> dgl.DGLGraph:
     """Read and validate a user graph file; return a DGLGraph with ndata feat, label, *_mask.
 
     ``split`` (train, val, test fractions, drawn with ``seed``) replaces the file's masks and is
-    required when the file has none; ``reverse_edges`` appends every edge reversed.
+    required when the file has none; ``reverse_edges`` appends every edge reversed; ``target``
+    is what ``label`` holds (``dataset.target``).
     """
     p = user_path(path, "graph file", "a .dgl/.bin file from dgl.save_graphs, or an .npz", folder=False)
     suffix = p.suffix.lower()
@@ -41,7 +45,7 @@ def load_graph_file(path: str | os.PathLike | None, split: Optional[Sequence[flo
     else:
         raise DataError(f"{p}: unknown extension {p.suffix or '(none)'!r}; expected .npz or "
                         f"{'/'.join(DGL_SUFFIXES)} (dgl.save_graphs output)")
-    return finish(Sources(str(p)), src, dst, nd, split, seed, reverse_edges)
+    return finish(Sources(str(p)), src, dst, nd, split, seed, reverse_edges, target=target)
 
 
 def _required(keys: tuple[str, ...], present: list[str], masks_optional: bool) -> list[str]:

@@ -1,9 +1,11 @@
-"""Synthetic node-classification graphs: a degree-corrected stochastic block model.
+"""Synthetic node graphs: a degree-corrected stochastic block model.
 
 Communities are the classes; expected degrees are Pareto(``degree_alpha``) distributed (a few
 hubs, many low-degree nodes, as in citation/product graphs); a ``homophily`` fraction of edge
 endpoints is drawn inside the source's community. Features are ``feat_signal * mu[label] +
 N(0, 1)``, so features alone identify the class poorly and the graph carries the signal.
+``dataset.target`` ``regression`` / ``multilabel`` replaces the class labels by targets that
+depend on the community and the neighbours (:mod:`dsgraph.data.synthetic_targets`).
 Everything is vectorized numpy; memory is linear in nodes + edges.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 
 from dsgraph.config import DatasetConfig
+from dsgraph.data.synthetic_targets import add_targets
 
 
 def _pick_weighted(cum: np.ndarray, lo: np.ndarray, hi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -59,8 +62,14 @@ def generate(cfg: DatasetConfig) -> dgl.DGLGraph:
     g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=n)
     mu = rng.standard_normal((k, cfg.feat_dim)).astype(np.float32)
     feat = cfg.feat_signal * mu[labels] + rng.standard_normal((n, cfg.feat_dim), dtype=np.float32)
-    g.ndata["feat"] = torch.from_numpy(feat)
-    g.ndata["label"] = torch.from_numpy(labels)
+    if cfg.target == "class":
+        g.ndata["feat"] = torch.from_numpy(feat)
+        g.ndata["label"] = torch.from_numpy(labels)
+    else:  # a stream of its own: the class graph's draws stay as they were
+        feat, targets = add_targets(cfg.target, feat, labels, k, cfg.num_targets, src, dst,
+                                    np.random.default_rng([cfg.seed, 1]))
+        g.ndata["feat"] = torch.from_numpy(feat)
+        g.ndata["label"] = torch.from_numpy(targets)
     perm = rng.permutation(n)
     n_train, n_val, n_test = (int(round(f * n)) for f in (cfg.train_frac, cfg.val_frac, cfg.test_frac))
     bounds = np.cumsum([0, n_train, n_val, n_test])

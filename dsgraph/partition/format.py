@@ -6,9 +6,10 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
   ``part_method``, ``num_parts``, ``halo_hops``, ``node_map`` ``{"_N": [[lo, hi], ...]}`` and
   ``edge_map`` ``{"_N:_E:_N": [[lo, hi], ...]}`` (one half-open, contiguous id range per part, in
   part order), ``ntypes``, ``etypes``, and per part ``part-<k>`` the paths of the three files
-  below, relative to the JSON. Extra keys (ignored by DGL): ``num_classes``, from
-  ``ndata["label"]``, and ``dsgraph``, the integrity block (sizes and sha256 of every listed
-  file, the source graph's fingerprint, the config that made the files:
+  below, relative to the JSON. Extra keys (ignored by DGL): ``num_classes`` (integer class
+  labels: the largest + 1) or ``num_targets`` (float labels: their columns, targets or 0/1
+  labels), from ``ndata["label"]``, and ``dsgraph``, the integrity block (sizes and sha256 of
+  every listed file, the source graph's fingerprint, the config that made the files:
   :mod:`dsgraph.partition.meta`), which every reader verifies.
 - ``part<k>/graph.dgl``: part ``k``'s graph. Its owned ("inner") nodes come first, in id order,
   then its halo nodes (neighbours owned by other parts, up to ``halo_hops`` away); it holds every
@@ -97,7 +98,11 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
                   "node_map": {"_N": []}, "edge_map": {"_N:_E:_N": []},
                   "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}}
     if "label" in g.ndata:  # extra key (ignored by DGL): trainers size the output layer from it
-        meta["num_classes"] = int(g.ndata["label"].max()) + 1
+        label = g.ndata["label"]
+        if label.dtype.is_floating_point:  # float targets / 0/1 labels: one column each
+            meta["num_targets"] = int(label.shape[1]) if label.dim() > 1 else 1
+        else:
+            meta["num_classes"] = int(label.max()) + 1
     stats = {**partition_stats(g, assignment, method), **(stats or {}), "parts": []}
     check_free_space(Path(out_dir).parent, files_bytes(g, parts), "the partition files")
     with storage_errors(Path(out_dir) / graph_name, "the partition files"), \

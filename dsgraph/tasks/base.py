@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import numpy as np
 import torch
+
+from dsgraph.config import TaskConfig
 
 
 class Task(abc.ABC):
@@ -13,18 +15,38 @@ class Task(abc.ABC):
 
     ``target`` is what the task's data yields for the rows of ``out`` (class labels, say); each
     task documents its type. Metrics travel as additive sums (:meth:`metric_sums`) so that a
-    strategy can add them over batches and ranks before :meth:`metrics` turns them into figures.
+    strategy can add them over batches and ranks before :meth:`metrics` turns them into figures;
+    a figure no sum gives exactly (ROC-AUC) comes from :meth:`row_metrics` over every rank's
+    evaluated rows (:data:`gathers_rows`; :func:`dsgraph.tasks.evaluation.split_figures`).
     """
 
     name: ClassVar[str]
-    num_sums: ClassVar[int]  # length of :meth:`metric_sums`' list
-    # Evaluation key that picks the run's best model (higher is better); None: keep the last.
+    num_sums: int  # length of :meth:`metric_sums`' list (a constant, or set by :meth:`bind`)
+    # Evaluation key that picks the run's best model; None: keep the last.
     selection_metric: ClassVar[Optional[str]] = None
+    # Whether a lower selection metric is better (an error) rather than a higher (a score).
+    lower_is_better: ClassVar[bool] = False
+    # Whether evaluation gathers every rank's rows for :meth:`row_metrics`.
+    gathers_rows: ClassVar[bool] = False
+
+    def __init__(self, cfg: Optional[TaskConfig] = None) -> None:
+        self.cfg = cfg if cfg is not None else TaskConfig()
+        self.width: Optional[int] = None  # classes / targets of the data (set by :meth:`bind`)
 
     @staticmethod
     def head_width(targets: int) -> int:
         """Width of the model's output layer when the data has ``targets`` classes/channels."""
         return targets
+
+    def bind(self, width: int, train_targets: Optional[Callable[[], Any]] = None) -> None:
+        """Size the task for data of ``width`` classes or targets and fit what it derives from
+        the training targets (``train_targets()``: this rank's share; collective where a task
+        sums them over ranks: every rank calls it)."""
+        self.width = width
+
+    def better(self, new: float, old: float) -> bool:
+        """Whether selection-metric value ``new`` beats ``old`` (strictly)."""
+        return new < old if self.lower_is_better else new > old
 
     @abc.abstractmethod
     def loss(self, out: torch.Tensor, target: Any, reduction: str = "mean") -> torch.Tensor:
@@ -36,8 +58,13 @@ class Task(abc.ABC):
         """Sums over the rows of ``out`` that add up over batches and ranks."""
 
     @abc.abstractmethod
-    def metrics(self, sums: Sequence[float], split: str) -> dict[str, Optional[float]]:
+    def metrics(self, sums: Sequence[float], split: str) -> dict[str, Any]:
         """``<split>_<metric>`` figures from :meth:`metric_sums` added over all rows."""
+
+    def row_metrics(self, out: np.ndarray, target: np.ndarray, split: str) -> dict[str, Any]:
+        """``<split>_<metric>`` figures that need every row of the split at once (``out`` and
+        ``target`` of all ranks, concatenated); only called when :data:`gathers_rows`."""
+        return {}
 
     def split_metrics(self, sums: Sequence[float], splits: Sequence[str]) -> dict[str, Any]:
         """:meth:`metrics` of several splits whose :meth:`metric_sums` lie one after another
