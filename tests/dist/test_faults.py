@@ -17,9 +17,11 @@ def workspace(tmp_path_factory):
     return faults.prepare(tmp_path_factory.mktemp("faults"))
 
 
-# The matrix; "SAR worker raises" (blame) and "port in use" run in the reliability
-# report and, at unit level, in tests/test_supervise.py.
-MATRIX = [c for c in CASES if c.name not in ("SAR worker raises", "port in use")]
+# The matrix; "SAR worker raises" (blame), "port in use" and "sampled trainer stopped"
+# (the hang of a server and of a SAR worker are here) run in the reliability report and, at
+# unit level, in tests/test_supervise.py.
+MATRIX = [c for c in CASES if c.name not in ("SAR worker raises", "port in use",
+                                             "sampled trainer stopped")]
 
 
 @pytest.mark.timeout(240)

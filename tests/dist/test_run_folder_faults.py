@@ -16,9 +16,14 @@ def ws(tmp_path_factory) -> faults.Workspace:
     return faults.prepare(tmp_path_factory.mktemp("misuse"))
 
 
+# Run in the reliability report only (each is a real job of its own; the suite keeps to its time
+# budget): the same refusal as --force, also asserted at unit level in tests/test_runs.py.
+REPORT_ONLY = {"--resume on a live job's folder"}
+CASES = [s for s in misuse.SCENARIOS if s.name not in REPORT_ONLY]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("scenario", misuse.SCENARIOS,
-                         ids=[s.name.replace(" ", "_") for s in misuse.SCENARIOS])
+@pytest.mark.parametrize("scenario", CASES, ids=[s.name.replace(" ", "_") for s in CASES])
 def test_scenario(ws, scenario, tmp_path):
     r = misuse.run_scenario(ws, scenario, tmp_path)
     if r.get("skipped"):
@@ -31,10 +36,6 @@ def test_scenario(ws, scenario, tmp_path):
     if scenario.code:  # a refusal or a failure: one line, naming what and where
         assert r["message"].startswith("error: "), detail
     assert r["kept"], detail
-
-
-def test_a_refusal_names_the_live_jobs_pid(ws, tmp_path):
-    scenario = next(s for s in misuse.SCENARIOS if s.name.startswith("--force on a live"))
-    r = misuse.run_scenario(ws, scenario, tmp_path)
-    assert f"pid {r['holder_pid']} on " in r["message"], r
-    assert str(tmp_path / "live") in r["message"], r
+    if "holder_pid" in r:  # a live job's folder: the refusal names that job and the folder
+        assert f"pid {r['holder_pid']} on " in r["message"], detail
+        assert str(tmp_path / "live") in r["message"], detail

@@ -69,9 +69,16 @@ def _sklearn(task: str, pred: dict[str, np.ndarray], y: np.ndarray) -> dict[str,
                 "f1_per_class": list(per_class)}
 
 
+# Each new task in the mode whose evaluation path differs most for it (sampled: layer-wise
+# inference over the DistGraph; sar: the full-graph forward), multi-label in both (its ROC-AUC
+# gathers every rank's rows); classification, trained in both modes elsewhere, with balanced
+# class weights in sar.
+CASES = [("node_regression", "sampled"), ("multilabel", "sampled"), ("multilabel", "sar"),
+         ("node_classification", "sar")]
+
+
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("mode", ["sampled", "sar"])
-@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("task, mode", CASES)
 def test_task_trains_and_its_metrics_equal_scikit_learns_on_the_predictions(configs, tmp_path,
                                                                           task, mode):
     run = tmp_path / "run"
