@@ -12,11 +12,12 @@ from dsgraph.errors import IntegrityError, UserError
 from dsgraph.fsutil import atomic_write_text, storage_errors
 
 # Columns of the end-of-run table, when some epoch record has them.
-_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "val_rmse", "val_rocauc", "epoch_s",
-            "samples_per_s", "remote_feature_bytes", "rpc_sample_requests", "bytes_sent",
+_COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "val_rmse", "val_rocauc", "val_mrr",
+            "epoch_s", "samples_per_s", "remote_feature_bytes", "rpc_sample_requests", "bytes_sent",
             "test_rmse", "test_rel_l2")
 _FINAL = ("test_acc", "val_acc", "test_macro_f1", "test_rmse", "test_mae", "test_r2", "val_rmse",
-          "test_rocauc", "val_rocauc", "test_micro_f1", "test_rel_l2", "epochs", "wall_s",
+          "test_rocauc", "val_rocauc", "test_micro_f1", "test_mrr", "val_mrr", "test_rel_l2",
+          "epochs", "wall_s",
           "peak_rss_mb", "num_workers", "num_parts")
 CHECKSUM = "sha256"  # metrics.json's key holding the digest of the rest
 

@@ -32,7 +32,8 @@ from dsgraph.tasks import Task, task_class
 
 # Record keys shown in the per-epoch console line, when present.
 _LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_rmse", "test_rmse",
-              "test_rel_l2", "val_rocauc", "test_rocauc", "samples_per_s", "epoch_s")
+              "test_rel_l2", "val_rocauc", "test_rocauc", "val_mrr", "test_mrr", "samples_per_s",
+              "epoch_s")
 
 
 class Strategy(abc.ABC):

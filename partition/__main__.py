@@ -71,13 +71,20 @@ def main(argv: list[str] | None = None) -> None:
     source = partition_source(cfg)
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset)
+    link_split = None
+    if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
+        from dsgraph.data.link_split import split_edges
+        g, link_split = split_edges(g, cfg.task.edge_split, cfg.dataset.seed)
+        print(f"edge split: {', '.join(f'{k} {len(v):,}' for k, v in link_split.items())} "
+              f"undirected edges; {g.num_edges():,} directed edges left to message passing",
+              flush=True)
     p = cfg.partition
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
     try:
         path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
                                force=force, balance_train=p.balance_train,
                                balance_edges=p.balance_edges, extra_stats={"source": source},
-                               source=source)
+                               source=source, link_split=link_split)
     except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
         raise storage_error(exc, out / p.graph_name, "the partition files") from None
     stats = read_stats(out)
@@ -106,7 +113,8 @@ def refuse_foreign_folder(out: Path) -> None:
     if not names:
         return
     ours = [n for n in names if n == "partition_stats.json" or re.fullmatch(r"part\d+", n)
-            or n.endswith(".json") or (n.startswith(".") and n.endswith(".tmp"))]
+            or n.endswith(".json") or n == "link_split.npz"
+            or (n.startswith(".") and n.endswith(".tmp"))]
     foreign = [n for n in names if n not in ours]
     if foreign or "partition_stats.json" not in names:
         what = f"holds {foreign[0]!r}, which" if foreign else "has no partition_stats.json:"

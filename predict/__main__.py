@@ -7,20 +7,24 @@ them: exact layer-wise inference over the DistGraph (``sampled``; models without
 (``sar``), or full-field inference (``dsmpnn``). ``--checkpoint best`` (default) uses the model
 of the best validation epoch (``best.pt``; the last one where a run kept no best), ``last``
 the last epoch's. Output: ``RUN/predictions.npz`` by default, or ``--out FILE`` ending in
-``.npz`` or ``.csv``; columns and layout: :mod:`predict.output`. The job's logs go to
-``RUN/predictions_job/logs/``, apart from the training logs.
+``.npz`` or ``.csv``; columns and layout: :mod:`predict.output`. Link prediction runs take
+``--pairs FILE`` (a csv of ``src``, ``dst`` original node ids): the output then holds those
+pairs' ``src``, ``dst``, ``score`` (the decoder's logit) and ``prob`` (its sigmoid). The job's
+logs go to ``RUN/predictions_job/logs/``, apart from the training logs.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from dsgraph.errors import cli_main
+from dsgraph.errors import UserError, cli_main
 from dsgraph.models.registry import probe_model
 from dsgraph.runs import RunFolder, run_fingerprint
 from dsgraph.tasks import task_class
 from predict.output import check_out_path
+from predict.pairs import read_pairs
 from train import strategy_class
 
 WORKER = "predict.worker"
@@ -39,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="also write each node's embedding (the input of the output layer)")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best",
                         help="the best-validation model (default) or the last epoch's")
+    parser.add_argument("--pairs", type=Path,
+                        help="link prediction: a csv of node pairs (columns src, dst: original "
+                             "ids) to score instead of writing embeddings")
     args = parser.parse_args(argv)
     run = RunFolder.finished(args.run)  # locked: a training job writing it is refused
     try:
@@ -47,13 +54,19 @@ def main(argv: list[str] | None = None) -> None:
         task_class(cfg.task_name).check_outputs(
             args.embeddings,
             probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
-        strategy = strategy_class(cfg.train.mode)
+        strategy = strategy_class(cfg.train.mode, cfg.task_name)
         prepared = strategy.prepare(cfg)
+        if args.pairs is not None:
+            if cfg.task_name != "link_prediction":
+                raise UserError(f"--pairs: only link prediction runs score node pairs; this "
+                                f"run's task is {cfg.task_name!r}")
+            read_pairs(args.pairs, json.loads(Path(prepared).read_text())["num_nodes"])
         run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
         run.checkpoint(args.checkpoint)  # a corrupt file is refused before any process starts
         job = run.job_dir(JOB_DIR)  # the logs of an earlier prediction job go
         args_ = ["--run", str(run.path.resolve()), "--out", str(out), "--checkpoint",
-                 args.checkpoint, *(["--embeddings"] if args.embeddings else [])]
+                 args.checkpoint, *(["--embeddings"] if args.embeddings else []),
+                 *(["--pairs", str(args.pairs.resolve())] if args.pairs is not None else [])]
         strategy.launch(cfg, job, prepared, WORKER, args_, name="predict")
     finally:
         run.unlock()

@@ -3,7 +3,8 @@
 Graph runs: ``node_id`` (the node's id in the user's input graph), the task's columns
 (``node_classification``: ``pred``, the predicted class, and ``prob``, class probabilities, one
 column per class; ``node_regression``: ``pred``, one column per target; ``multilabel``: ``prob``
-and ``pred`` (0/1), one column per label; docs/tasks.md) and, with ``--embeddings``,
+and ``pred`` (0/1), one column per label; ``link_prediction``: ``embedding``, the model's
+output that the decoder scores; docs/tasks.md) and, with ``--embeddings``,
 ``embedding`` (the input of the model's output layer), sorted by ``node_id``.
 DS-MPNN runs: the test samples' points, ``sample``, ``node`` (point index within the sample),
 ``pos`` (coordinates), ``pred`` and ``target`` (physical units, one column per channel).

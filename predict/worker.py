@@ -1,5 +1,5 @@
 """One process of a prediction job: ``python -m predict.worker --run-dir JOB --run RUN --out FILE
-[--embeddings] [--checkpoint best|last]``.
+[--embeddings] [--checkpoint best|last] [--pairs FILE]``.
 
 Started by ``python -m predict`` on every rank, as ``train.worker`` is by ``python -m train``:
 it opens the run's Trainer (runtime, process group, this rank's data, the model), loads the
@@ -21,6 +21,7 @@ from dsgraph.cluster.worker import run_process_main  # noqa: E402
 from dsgraph.runs import RunFolder  # noqa: E402
 from dsgraph.trainer import Trainer  # noqa: E402
 from predict import output  # noqa: E402
+from predict.pairs import read_pairs  # noqa: E402
 from train import strategy_class  # noqa: E402
 
 
@@ -32,14 +33,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--embeddings", action="store_true")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    parser.add_argument("--pairs", type=Path)
     args = parser.parse_args(argv)
     run = RunFolder(args.run)
     cfg = run.config()
-    strategy = strategy_class(cfg.train.mode)(cfg)
+    strategy = strategy_class(cfg.train.mode, cfg.task_name)(cfg)
     trainer = Trainer(cfg, run.path, strategy)
     model = trainer.open()
     epoch = run.load_weights(model, args.checkpoint)
     model.eval()
+    if args.pairs is not None:  # link prediction: score these pairs (checked by the launcher)
+        strategy.pairs = read_pairs(args.pairs, strategy.g.num_nodes())
     with torch.no_grad():
         arrays = strategy.predict(trainer, args.embeddings)
     if arrays is not None:

@@ -47,14 +47,14 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
     regression = cfgmod.load(None, ["task.name=node_regression", "dataset.target=regression"])
     assert regression.task_name == "node_regression"
     assert "task" not in regression.to_dict()["train"]
-    with pytest.raises(ConfigError, match=r"task.name: expected 'auto' or one of "
-                                          r"'field_regression' for train.mode 'dsmpnn', got "
-                                          r"'node_classification'"):
+    with pytest.raises(ConfigError, match=r"task.name: task 'node_classification' runs in "
+                                          r"train.mode 'sampled' or 'sar', got train.mode "
+                                          r"'dsmpnn'"):
         cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy",
                            "task.name=node_classification"])
     # what config checks require of the data is what each task declares
     assert TASK_TARGETS == {n: task_class(n).dataset_target for n in TASKS
-                            if n != "field_regression"}
+                            if n not in ("field_regression", "link_prediction")}
 
 
 @pytest.mark.parametrize("sets, message", [
@@ -65,9 +65,11 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
     (["dataset.target=multilabel"],
      "dataset.target: task 'node_classification' trains on 'class' targets; expected 'class', "
      "got 'multilabel'"),
-    (["task.name=link_prediction"],
+    (["task.name=link_prediction", "train.mode=sar"],
+     "task.name: task 'link_prediction' runs in train.mode 'sampled', got train.mode 'sar'"),
+    (["task.name=unknown"],
      "task.name: expected 'auto' or one of 'node_classification', 'node_regression', "
-     "'multilabel' for train.mode 'sampled', got 'link_prediction'"),
+     "'multilabel', 'link_prediction' for train.mode 'sampled', got 'unknown'"),
     (["task.class_weights=inverse"],
      "task.class_weights: expected one of 'none', 'balanced' or a list, got 'inverse'"),
     (["task.class_weights=[1, -1]"],

@@ -6,13 +6,18 @@ line of :data:`MODES`."""
 from __future__ import annotations
 
 import importlib
+from typing import Optional
 
 # train.mode -> the Strategy class that runs it ("module:Class", imported when used).
 MODES = {"sampled": "train.sampled:SampledStrategy", "sar": "train.sar:SarStrategy",
          "dsmpnn": "train.dsmpnn:DsmpnnStrategy"}
 
 
-def strategy_class(mode: str) -> type:
-    """The Strategy class of ``train.mode``."""
-    module, name = MODES[mode].split(":")
+# (train.mode, task.name) -> the Strategy class when a task needs its own (edge batches, say).
+TASK_STRATEGIES = {("sampled", "link_prediction"): "train.sampled_link:LinkSampledStrategy"}
+
+
+def strategy_class(mode: str, task: Optional[str] = None) -> type:
+    """The Strategy class of ``train.mode`` running task ``task`` (a resolved task name)."""
+    module, name = TASK_STRATEGIES.get((mode, task), MODES[mode]).split(":")
     return getattr(importlib.import_module(module), name)

@@ -33,7 +33,7 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
     mode's launcher-side :meth:`~dsgraph.trainer.Strategy.prepare` returned (run here if None).
     """
     t0 = time.perf_counter()
-    strategy = strategy_class(cfg.train.mode)
+    strategy = strategy_class(cfg.train.mode, cfg.task_name)
     if prepared is None:
         prepared = strategy.prepare(cfg)
     args = [*(["--resume"] if resume else []), *worker_args]
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
-    prepared = strategy_class(cfg.train.mode).prepare(cfg)
+    prepared = strategy_class(cfg.train.mode, cfg.task_name).prepare(cfg)
     run = RunFolder.create(cfg, args.out, args.resume, args.force, run_fingerprint(cfg, prepared))
     try:
         launch(cfg, run, args.resume, prepared=prepared)

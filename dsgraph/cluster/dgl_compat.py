@@ -50,6 +50,8 @@ def machine_config(part_config: str | os.PathLike, token: str, machine: int,
         entry = meta[f"part-{k}"]
         for key, rel in entry.items():
             entry[key] = str((part_config.parent / rel).resolve())
+    if "link_split" in meta:  # link prediction's held-out edges, beside the original JSON
+        meta["link_split"] = str((part_config.parent / meta["link_split"]).resolve())
     out = Path(out_dir) / f"{meta['graph_name']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(meta, indent=1))

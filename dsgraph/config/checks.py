@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dsgraph.config.limits import check_sizes, short_repr
 from dsgraph.config.modes import GRAPH_DATASETS
-from dsgraph.config.sections import Config, mode_sections
+from dsgraph.config.sections import Config, TaskConfig, mode_sections
 from dsgraph.errors import ConfigError
 
 FILE_DATASETS = ("file", "csv", "ogb", "fields")  # the datasets that read dataset.path
@@ -14,6 +14,8 @@ TASK_TARGETS = {"node_classification": "class", "node_regression": "regression",
                 "multilabel": "multilabel"}
 # Tasks whose loss takes task.class_weights, and what one weight is of.
 WEIGHTED_TASKS = {"node_classification": "class", "multilabel": "label"}
+# task keys only link prediction reads (others must leave them at their defaults)
+LINK_KEYS = ("edge_split", "negatives", "decoder", "eval_negatives", "hits_k", "hits_negatives")
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
                "ogb": "an OGB dataset folder (holding raw/ and split/)",
                "fields": "a field file (.npz, or .pt from torch.save)"}
@@ -39,6 +41,10 @@ def cross_check(cfg: Config, host: bool = True) -> None:
         raise ConfigError(f"{src}: train.mode: expected one of "
                           f"{', '.join(map(repr, modes))}, got {short_repr(t.mode)}")
     section = modes[t.mode]
+    runs = [m for m, sec in modes.items() if cfg.task.name in sec.TASKS]
+    if cfg.task.name not in section.TASKS and runs:  # a task of another mode: name that mode
+        raise ConfigError(f"{src}: task.name: task {cfg.task.name!r} runs in train.mode "
+                          f"{' or '.join(map(repr, runs))}, got train.mode {t.mode!r}")
     if cfg.task.name != "auto" and cfg.task.name not in section.TASKS:
         raise ConfigError(f"{src}: task.name: expected 'auto' or one of "
                           f"{', '.join(map(repr, section.TASKS))} for train.mode {t.mode!r}, "
@@ -72,6 +78,7 @@ def check_task(cfg: Config) -> None:
     """The data holds what the task trains on (``dataset.target``); ``task.class_weights`` is
     valid for the task (and, for a generated graph, has one weight per class or label)."""
     src, d, name, weights = cfg.source, cfg.dataset, cfg.task_name, cfg.task.class_weights
+    check_link_keys(cfg)
     wanted = TASK_TARGETS.get(name)
     if wanted is not None and d.target != wanted:
         raise ConfigError(f"{src}: dataset.target: task {name!r} trains on {wanted!r} targets; "
@@ -96,6 +103,27 @@ def check_task(cfg: Config) -> None:
         if len(weights) != count:
             raise ConfigError(f"{src}: task.class_weights: expected {count} weights (one per "
                               f"{WEIGHTED_TASKS[name]}, dataset.{key}), got {len(weights)}")
+
+
+def check_link_keys(cfg: Config) -> None:
+    """``task.edge_split`` and the other link-prediction keys: set only for that task, and a
+    valid split."""
+    src, t = cfg.source, cfg.task
+    defaults = TaskConfig()
+    if cfg.task_name != "link_prediction":
+        for key in LINK_KEYS:
+            if getattr(t, key) != getattr(defaults, key):
+                raise ConfigError(f"{src}: task.{key}: only task 'link_prediction' reads it; "
+                                  f"remove it or set task.name, got {short_repr(getattr(t, key))}")
+        return
+    fracs = t.edge_split
+    ok = (len(fracs) == 3
+          and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in fracs)
+          and all(f >= 0 for f in fracs) and fracs[0] > 0 and fracs[1] > 0 and fracs[2] > 0
+          and sum(fracs) <= 1.0 + 1e-9)
+    if not ok:
+        raise ConfigError(f"{src}: task.edge_split: expected [train, val, test] fractions of the "
+                          f"edges, each > 0, summing to <= 1, got {short_repr(fracs)}")
 
 
 def check_dataset_inputs(cfg: Config) -> None:

@@ -16,6 +16,8 @@ from dsgraph.errors import ConfigError
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
 NODE_TASKS = ("node_classification", "node_regression", "multilabel")
+# Tasks only mini-batch training runs (docs/tasks.md): link prediction's batches are edges.
+EDGE_TASKS = ("link_prediction",)
 
 
 class ModeSection:
@@ -43,9 +45,10 @@ class SampledConfig(ModeSection):
 
     MODE: ClassVar[str] = "sampled"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS
 
-    batch_size: int = opt(1024, "seed nodes per mini-batch and trainer", ge=1, cap=MAX_BATCH)
+    batch_size: int = opt(1024, "seed nodes (`link_prediction`: training edges) per mini-batch "
+                                "and trainer", ge=1, cap=MAX_BATCH)
     fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
                         factory=lambda: [10, 25], item_ge=1, item_cap=MAX_FANOUT,
                         max_len=MAX_LAYERS)
@@ -93,6 +96,17 @@ class SampledConfig(ModeSection):
             raise ConfigError(f"{cfg.source}: train.dtype: expected 'float32' for train.mode "
                               f"'sampled' (DistGraph serves float32 features), got "
                               f"{cfg.train.dtype!r}")
+        if cfg.task_name in EDGE_TASKS:
+            # Link prediction samples its own edge batches (dsgraph.distgraph.link_sampler).
+            for key, off in (("rematerialize", False), ("local_sampling", False)):
+                if getattr(self, key) != off:
+                    raise ConfigError(f"{cfg.source}: sampled.{key}: task {cfg.task_name!r} "
+                                      f"does not support it; expected {off}, got "
+                                      f"{getattr(self, key)!r}")
+            if cfg.cluster.samplers_per_trainer:
+                raise ConfigError(f"{cfg.source}: cluster.samplers_per_trainer: task "
+                                  f"{cfg.task_name!r} samples in the trainer; expected 0, got "
+                                  f"{cfg.cluster.samplers_per_trainer}")
         if self.rematerialize and self.remat_layers > len(self.fanouts):
             raise ConfigError(f"{cfg.source}: sampled.remat_layers: expected at most one per "
                               f"layer ({len(self.fanouts)} fanouts), got {self.remat_layers}")

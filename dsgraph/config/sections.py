@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
-from dsgraph.config.fields import (MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST, MAX_PROCESSES,
-                                   MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
+from dsgraph.config.fields import (MAX_BATCH, MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST,
+                                   MAX_PROCESSES, MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
 from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 
 
@@ -134,13 +134,30 @@ class TaskConfig:
     """What the model learns (docs/tasks.md): the task and its options for imbalanced labels."""
 
     name: str = opt("auto", "`node_classification`, `node_regression`, `multilabel` (modes "
-                            "`sampled`, `sar`), `field_regression` (`dsmpnn`); `auto` = the "
-                            "mode's first")
+                            "`sampled`, `sar`), `link_prediction` (`sampled`), "
+                            "`field_regression` (`dsmpnn`); `auto` = the mode's first")
     class_weights: Union[Literal["none", "balanced"], list] = opt(
         "none", "`node_classification`: loss weight per class; `multilabel`: weight of each "
                 "label's positives; `balanced` = from the training nodes' label counts over all "
                 "ranks (n / (classes * count), negatives / positives), or a list, one number "
                 ">= 0 per class or label", max_len=MAX_WIDTH)
+    edge_split: list = opt(doc="`link_prediction`: `[train, val, test]` fractions of the graph's "
+                               "undirected edges, drawn with `dataset.seed` when partitioning; "
+                               "validation and test edges (and any rest) are removed from the "
+                               "partitioned graph", factory=lambda: [0.85, 0.05, 0.1], max_len=3)
+    negatives: int = opt(1, "`link_prediction`: uniform negative edges per training edge", ge=1,
+                         cap=MAX_FANOUT)
+    decoder: Literal["dot", "distmult"] = opt(
+        "dot", "`link_prediction`: edge score from the two node embeddings: `dot` (h_u . h_v) "
+               "or `distmult` (h_u . diag(r) . h_v, r learned)")
+    eval_negatives: int = opt(100, "`link_prediction`: uniform negative destinations per "
+                                   "validation / test edge for MRR (one fixed draw)", ge=1,
+                              cap=MAX_FANOUT)
+    hits_k: int = opt(50, "`link_prediction`: K of Hits@K: a positive counts if it scores above "
+                          "the K-th best of `hits_negatives` shared negative pairs", ge=1,
+                      cap=MAX_FANOUT)
+    hits_negatives: int = opt(1000, "`link_prediction`: shared negative node pairs of Hits@K "
+                                    "(one fixed draw)", ge=1, cap=MAX_BATCH)
 
 
 @dataclass

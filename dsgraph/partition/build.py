@@ -21,11 +21,12 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
                     graph_name: str = "graph", method: str = "metis", halo_hops: int = 1,
                     seed: int = 0, force: bool = False, balance_train: bool = True,
                     balance_edges: bool = True, extra_stats: dict | None = None,
-                    source: dict | None = None) -> Path:
+                    source: dict | None = None, link_split: dict | None = None) -> Path:
     """Assign nodes with METIS (pymetis) or at random and write DGL partition files.
 
     ``source`` (the config sections that asked for this partitioning) goes into the JSON's
-    integrity block, so runs with other settings are refused.
+    integrity block, so runs with other settings are refused; ``link_split`` (held-out edges of
+    link prediction) is stored beside the JSON.
     """
     t0 = time.perf_counter()
     # before the assignment, which can take long: the files hold at least every node and edge
@@ -41,4 +42,4 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
                                   train_mask=train if balance_train else None)
     return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
                             stats={**(extra_stats or {}), "wall_s": time.perf_counter() - t0},
-                            num_parts=num_parts, source=source)
+                            num_parts=num_parts, source=source, link_split=link_split)

@@ -22,6 +22,10 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
   the original id of each owned node, so results can be mapped back
   (:func:`dsgraph.partition.reader.orig_ids`).
 - ``part<k>/edge_feat.dgl``: empty.
+- ``link_split.npz`` (link prediction only; the JSON's ``link_split`` key names it, the integrity
+  block checksums it): ``train``, ``val``, ``test``, each ``(pairs, 2)`` int64 original node ids
+  (src < dst) of the split's undirected edges; ``val`` and ``test`` pairs are in no part's graph
+  (:mod:`dsgraph.data.link_split`).
 - ``partition_stats.json``: :func:`partition_stats` plus per-part counts, ``train_balance``,
   ``wall_s``, ``peak_rss_mb`` and whatever the caller passed (``python -m partition`` adds
   ``source``, the config that produced the files).
@@ -55,10 +59,14 @@ from dsgraph.partition.meta import BLOCK
 from dsgraph.procstats import peak_rss_mb
 
 
+LINK_SPLIT_FILE = "link_split.npz"  # link prediction's held-out edges (original node ids)
+
+
 def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
                      halo_hops: int = 1, method: str = "custom", force: bool = False,
                      stats: dict | None = None, num_parts: int | None = None,
-                     source: dict | None = None) -> Path:
+                     source: dict | None = None,
+                     link_split: dict[str, np.ndarray] | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
 
     ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
@@ -67,7 +75,9 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     from the given ``stats`` and adding per-part counts, wall time and peak RSS. The JSON's
     integrity block records every file's size and sha256, the graph's fingerprint and
     ``source``, the config sections that made the files (:func:`dsgraph.partition.meta.
-    partition_source`; None from library code).
+    partition_source`; None from library code). ``link_split`` (link prediction's held-out
+    edges, :func:`dsgraph.data.link_split.split_edges`) goes to ``link_split.npz`` beside the
+    JSON, listed as its ``link_split`` key and checksummed like the part files.
     """
     t0 = time.perf_counter()
 
@@ -139,6 +149,10 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
             meta[f"part-{k}"] = {"node_feats": f"part{k}/node_feat.dgl",
                                  "edge_feats": f"part{k}/edge_feat.dgl",
                                  "part_graph": f"part{k}/graph.dgl"}
+        if link_split is not None:
+            np.savez(tmp / LINK_SPLIT_FILE, **{k: np.asarray(v, dtype=np.int64)
+                                              for k, v in link_split.items()})
+            meta["link_split"] = LINK_SPLIT_FILE
         meta[BLOCK] = integrity_block(tmp, meta, graph_fingerprint(g), source)
         (tmp / f"{graph_name}.json").write_text(json.dumps(meta, indent=1))
         trains = [p["train_nodes"] for p in stats["parts"]]

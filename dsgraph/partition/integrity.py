@@ -61,6 +61,9 @@ def integrity_block(folder: Path, meta: dict, graph_fp: str, source: dict | None
         for f in PART_FILES:
             rel = meta[f"part-{k}"][f]
             files[rel] = {"size": (folder / rel).stat().st_size, "sha256": file_sha256(folder / rel)}
+    if "link_split" in meta:  # link prediction's held-out edges
+        path = folder / meta["link_split"]
+        files[meta["link_split"]] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
     return {"version": BLOCK_VERSION, "hash": "sha256", "files": files,
             "meta": {key: key_digest(value) for key, value in meta.items() if key != BLOCK},
             "graph_fingerprint": graph_fp, "source": source,
@@ -109,10 +112,10 @@ def check_source(part_json: Path, meta: dict, cfg: Any, redo: str = REDO) -> Non
     current = partition_source(cfg)
     # A key the JSON lacks was added to dsgraph later: the partitions were made with its default.
     defaults = partition_source(type(cfg)())
-    for section in ("dataset", "partition"):
-        old, new = recorded.get(section, {}), current[section]
+    for section in ("dataset", "partition", "task"):
+        old, new = recorded.get(section, {}), current.get(section, {})
         for key in [*old, *(k for k in new if k not in old)]:
-            made = old.get(key, defaults[section].get(key, "<unset>"))
+            made = old.get(key, defaults.get(section, {}).get(key, "<unset>"))
             if made != new.get(key, "<unset>"):
                 fail(f"{section}.{key}", _show(made), _show(new.get(key, "<unset>")))
 

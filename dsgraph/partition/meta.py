@@ -45,10 +45,15 @@ def key_digest(value: Any) -> str:
 
 
 def partition_source(cfg: Any) -> dict:
-    """The config that decides a partitioning: ``dataset`` and ``partition`` minus IGNORED_KEYS."""
-    return {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
-                   if k not in IGNORED_KEYS[name]}
-            for name in ("dataset", "partition")}
+    """The config that decides a partitioning: ``dataset`` and ``partition`` minus IGNORED_KEYS,
+    and for link prediction ``task.name`` and ``task.edge_split`` (its held-out edges are
+    removed from the partitioned graph)."""
+    source = {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
+                     if k not in IGNORED_KEYS[name]}
+              for name in ("dataset", "partition")}
+    if cfg.task_name == "link_prediction":  # other tasks' partitions keep their recorded source
+        source["task"] = {"name": cfg.task_name, "edge_split": list(cfg.task.edge_split)}
+    return source
 
 
 def read_meta(part_json: str | Path, redo: str = REDO) -> dict:

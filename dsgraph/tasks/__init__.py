@@ -14,6 +14,7 @@ from dsgraph.tasks.base import Task
 TASKS = {"node_classification": "dsgraph.tasks.classification:NodeClassification",
          "node_regression": "dsgraph.tasks.node_regression:NodeRegression",
          "multilabel": "dsgraph.tasks.multilabel:Multilabel",
+         "link_prediction": "dsgraph.tasks.link_prediction:LinkPrediction",
          "field_regression": "dsgraph.tasks.regression:FieldRegression"}
 
 __all__ = ["TASKS", "Task", "task_class"]

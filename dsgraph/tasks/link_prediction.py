@@ -1,0 +1,113 @@
+"""Link prediction: score node pairs from node embeddings (``dot`` / ``distmult`` decoders),
+binary cross-entropy against uniform negatives; MRR and Hits@K as OGB's link tasks rank them."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsgraph.tasks.base import Task
+from dsgraph.tasks.node import as_float64
+
+
+class DotDecoder(nn.Module):
+    """score(u, v) = h_u . h_v."""
+
+    def forward(self, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
+        """One score per row pair."""
+        return (hu * hv).sum(-1)
+
+
+class DistMultDecoder(nn.Module):
+    """score(u, v) = h_u . diag(r) . h_v with one learned relation vector r (DistMult)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.relation = nn.Parameter(torch.ones(width))  # starts as the dot product
+
+    def forward(self, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
+        """One score per row pair."""
+        return (hu * self.relation.to(hu.dtype) * hv).sum(-1)
+
+
+def make_decoder(name: str, width: int) -> nn.Module:
+    """``task.decoder`` for embeddings of ``width``."""
+    return DistMultDecoder(width) if name == "distmult" else DotDecoder()
+
+
+def reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
+    """1 / rank of column 0 among each row's scores (column 0 the positive, the rest its
+    negatives); ties count half, as OGB's MRR evaluator does (mean of the optimistic and the
+    pessimistic rank)."""
+    pos, neg = scores[:, :1], scores[:, 1:]
+    optimistic = (neg > pos).sum(1)
+    pessimistic = (neg >= pos).sum(1)
+    return 1.0 / (0.5 * (optimistic + pessimistic) + 1.0)
+
+
+def hits_threshold(shared_negatives: np.ndarray, k: int) -> float:
+    """The K-th highest score of the shared negative pairs (OGB's Hits@K: a positive counts if
+    it scores strictly above it); -inf when there are fewer than K negatives."""
+    if shared_negatives.size < k:
+        return float("-inf")
+    return float(np.sort(shared_negatives)[-k])
+
+
+class LinkPrediction(Task):
+    """Whether an edge joins two nodes, scored from their embeddings (the model's output).
+
+    Training: ``out`` are edge scores (logits), ``target`` 0/1 (positive / negative edge).
+    Evaluation: ``out`` is (edges x (1 + eval_negatives)) scores, the positive first, then its
+    negatives; ``target`` per row the Hits@K threshold (:func:`hits_threshold`). Sums per
+    split: edges, reciprocal ranks, hits: MRR and Hits@K are exact over ranks.
+    """
+
+    name = "link_prediction"
+    num_sums = 3
+    selection_metric = "val_mrr"
+
+    def bind(self, width: int, train_targets: Any = None) -> None:
+        """Embeddings of ``width`` (the model's output width)."""
+        super().bind(width)
+
+    @staticmethod
+    def head_width(targets: int) -> int:
+        """The embedding width: the model's output layer is the embedding."""
+        return targets
+
+    def loss(self, out: torch.Tensor, target: torch.Tensor,
+             reduction: str = "mean") -> torch.Tensor:
+        """Binary cross-entropy of edge logits against 0/1 (positive / negative edge)."""
+        return F.binary_cross_entropy_with_logits(out, target.to(out.dtype), reduction=reduction)
+
+    def metric_sums(self, out: Any, target: Any) -> list[float]:
+        """Edges, their reciprocal ranks and their hits."""
+        scores, threshold = as_float64(out), as_float64(target)
+        if not len(scores):
+            return [0.0, 0.0, 0.0]
+        return [float(len(scores)), float(reciprocal_ranks(scores).sum()),
+                float((scores[:, 0] > threshold).sum())]
+
+    def metrics(self, sums: Sequence[float], split: str) -> dict[str, Optional[float]]:
+        """``<split>_mrr`` and ``<split>_hits<K>``; None for a split without edges."""
+        edges, rr, hits = sums
+        key = f"{split}_hits{self.cfg.hits_k}"
+        if not edges:
+            return {f"{split}_mrr": None, key: None}
+        return {f"{split}_mrr": rr / edges, key: hits / edges}
+
+    def outputs(self, out: torch.Tensor, index: dict[str, np.ndarray], target: Any = None,
+                embedding: Optional[torch.Tensor] = None) -> dict[str, np.ndarray]:
+        """``node_id`` and ``embedding`` (the model's output, what the decoder scores), sorted
+        by node id."""
+        (key, ids), = index.items()
+        order = np.argsort(ids, kind="stable")
+        return {key: np.asarray(ids)[order].astype(np.int64),
+                "embedding": torch.as_tensor(out)[torch.from_numpy(order)].numpy()}
+
+    @classmethod
+    def check_outputs(cls, embeddings: bool, model_probe: Optional[torch.nn.Module]) -> None:
+        """Embeddings are the task's output: ``--embeddings`` adds nothing and is accepted."""

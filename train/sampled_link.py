@@ -1,0 +1,166 @@
+"""``train.mode: sampled`` with ``task.name: link_prediction``: mini-batches of training edges.
+
+The training edges are the partitioned graph's edges (validation and test edges were removed
+before partitioning, :mod:`dsgraph.data.link_split`), split over trainers by DGL's
+``edge_split``; each batch adds ``task.negatives`` uniform negatives per edge and samples its
+endpoints' neighbourhoods without the batch's own edges (either direction,
+:mod:`dsgraph.distgraph.link_sampler`). The node model's output is the embedding; the decoder
+(``task.decoder``) is a submodule of the model (``link_decoder``), so DDP, Adam and checkpoints
+carry it. Evaluation ranks the held-out edges of ``link_split.npz`` from exact layer-wise
+embeddings (:mod:`dsgraph.distgraph.link_evaluate`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import dgl
+import numpy as np
+import torch
+from torch import nn
+
+from dsgraph import checkpoint, dist
+from dsgraph.compress import compression_context
+from dsgraph.distgraph.evaluate import node_outputs, read_all
+from dsgraph.distgraph.features import CachedFeatures
+from dsgraph.distgraph.link_evaluate import (EvalEdges, eval_negatives, link_metrics, rank_share,
+                                             shared_negatives)
+from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch
+from dsgraph.distgraph.local_sampler import SampleCounter
+from dsgraph.distgraph.prefetch import Prefetcher
+from dsgraph.errors import DataError
+from dsgraph.tasks.link_prediction import make_decoder
+from dsgraph.trainer import Trainer
+from train.sampled import FanoutBlocks, SampledStrategy, check_fanouts
+
+DEFAULT_HIDDEN = 128  # the built-in models' default model.args.hidden
+
+
+def embedding_width(args: dict) -> int:
+    """The embedding width: ``model.args.hidden`` (the built-in models' default otherwise)."""
+    hidden = args.get("hidden", DEFAULT_HIDDEN)
+    return hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else DEFAULT_HIDDEN
+
+
+class LinkSampledStrategy(SampledStrategy):
+    """Sampled link prediction on a partitioned graph served by DistGraph."""
+
+    def setup(self, trainer: Trainer) -> nn.Module:
+        """Open the DistGraph, split the training edges over trainers, read the held-out
+        edges, build model, decoder and feature cache."""
+        self.g = g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+        self.pb = g.get_partition_book()
+        conf = Path(os.environ["DGL_CONF_PATH"])
+        meta = json.loads(conf.read_text())
+        if "link_split" not in meta:
+            raise DataError(f"{conf}: no link_split (held-out edges): the partitions were not "
+                            f"made for link prediction; partition with task.name: "
+                            f"link_prediction")
+        self.train_eids = dgl.distributed.edge_split(
+            torch.ones(g.num_edges(), dtype=torch.bool), self.pb, force_even=True)
+        width = embedding_width(self.cfg.model.args)
+        self.task.bind(width)
+        model = trainer.build_model(g.ndata["feat"].shape[1], self.task.head_width(width))
+        check_fanouts(self.cfg, model)
+        model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
+        s = self.cfg.sampled
+        self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
+                                   s.copy_own_features)
+        self.sampler = PairExcludingSampler(s.fanouts)
+        self.counter = SampleCounter(g, None)
+        self.ahead = Prefetcher(s.prefetch)
+        self.eval_edges, self.shared = self._eval_edges(conf.parent / meta["link_split"], trainer)
+        self.steps_per_epoch = (self.train_eids.numel() + s.batch_size - 1) // s.batch_size
+        return model
+
+    def _eval_edges(self, path: Path, trainer: Trainer) -> tuple[dict[str, EvalEdges],
+                                                                  torch.Tensor]:
+        """This rank's share of the validation and test edges with their negatives, and the
+        shared Hits@K negatives, in the partitioned graph's ids."""
+        n, t = self.g.num_nodes(), self.cfg.task
+        new_of = np.empty(n, dtype=np.int64)  # original id -> partitioned id
+        new_of[read_all(self.g.ndata["orig_id"]).numpy()] = np.arange(n, dtype=np.int64)
+        with np.load(path) as split:
+            pairs = {name: split[name] for name in ("val", "test")}
+        edges = {}
+        for i, (name, p) in enumerate(pairs.items()):
+            neg = eval_negatives(p, n, t.eval_negatives, self.cfg.dataset.seed + i)
+            mine = rank_share(np.arange(len(p)), trainer.rank, trainer.world)
+            edges[name] = EvalEdges(torch.from_numpy(new_of[p[mine]]),
+                                    torch.from_numpy(new_of[neg[mine]]))
+        shared = torch.from_numpy(new_of[shared_negatives(n, t.hits_negatives,
+                                                          self.cfg.dataset.seed)])
+        return edges, shared
+
+    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """One pass over this trainer's training edges in a fresh order."""
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
+        order = self.train_eids[torch.randperm(self.train_eids.numel(),
+                                               generator=torch.Generator().manual_seed(seed))]
+        bs, k = self.cfg.sampled.batch_size, self.cfg.task.negatives
+        decoder = trainer.model.link_decoder
+
+        def batches_of_epoch():
+            dgl.seed(seed)  # DGL's generator is per thread: seed the one that samples
+            negatives = torch.Generator().manual_seed(seed)
+            for start in range(0, order.numel(), bs):
+                batch = edge_batch(self.g, self.sampler, order[start:start + bs], k, negatives)
+                self.counter.add(batch.blocks, all_local=False)
+                yield batch, self.feat[batch.input_nodes]
+
+        loss_sum = edges_seen = batches = 0.0
+        self.feat.remote_rows = self.feat.cache_hits = 0
+        self.counter.reset()
+        dist.barrier()  # every trainer starts the clock together (see SampledStrategy)
+        t0 = time.perf_counter()
+        with self.ddp.join():  # trainers may have unequal batch counts
+            for batch, x in self.ahead(batches_of_epoch):
+                with compression_context(self.cfg.compression):
+                    h = self.ddp(FanoutBlocks(batch.blocks, self.cfg), x)
+                pairs = batch.pairs()
+                scores = decoder(h[pairs[:, 0]], h[pairs[:, 1]])
+                loss = self.task.loss(scores, batch.labels())
+                trainer.step(loss)
+                loss_sum += loss.item() * len(batch.pos)
+                edges_seen += len(batch.pos)
+                batches += 1
+                trainer.advance(loss=loss.item(),
+                                edges_s=edges_seen / (time.perf_counter() - t0))
+        train_s = dist.all_max([time.perf_counter() - t0])[0]
+        total = dist.all_sum([loss_sum, edges_seen, batches,
+                              self.feat.remote_rows * self.feat.row_bytes,
+                              self.counter.requests, self.counter.remote_nodes])
+        return {"loss": total[0] / max(total[1], 1.0), "samples_per_s": total[1] / train_s,
+                "batches": int(total[2]), "remote_feature_bytes": int(total[3]),
+                "rpc_sample_requests": int(total[4]), "remote_sampled_nodes": int(total[5])}
+
+    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """Validation and test MRR and Hits@K over all ranks' held-out edges."""
+        s = self.cfg.sampled
+        return link_metrics(trainer.model, trainer.model.link_decoder, self.g, self.task,
+                            self.eval_edges, self.shared, self._layerwise(trainer), s.fanouts,
+                            s.eval_batch_size)
+
+    # (pairs, 2) original node ids to score instead of exporting embeddings (predict --pairs)
+    pairs: Optional[np.ndarray] = None
+
+    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
+        """Every node's embedding (the model's output), or with :attr:`pairs` those pairs'
+        ``src``, ``dst``, ``score`` (logit) and ``prob``; read by rank 0."""
+        s = self.cfg.sampled
+        out = node_outputs(trainer.model, self.g, trainer.rank, self._layerwise(trainer),
+                           s.fanouts, s.eval_batch_size)
+        if out is None:
+            return None
+        if self.pairs is None:
+            return self.task.outputs(out["logits"], {"node_id": out["node_id"].numpy()})
+        row_of = np.empty(len(out["node_id"]), dtype=np.int64)  # original id -> row
+        row_of[out["node_id"].numpy()] = np.arange(len(out["node_id"]), dtype=np.int64)
+        h = out["logits"]
+        u, v = (torch.from_numpy(row_of[self.pairs[:, i]]) for i in (0, 1))
+        score = trainer.model.link_decoder(h[u], h[v]).double()
+        return {"src": self.pairs[:, 0], "dst": self.pairs[:, 1],
+                "score": score.float().numpy(), "prob": torch.sigmoid(score).float().numpy()}
