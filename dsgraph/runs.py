@@ -6,28 +6,25 @@ such a folder, holding nothing but what dsgraph writes, is ever replaced by ``--
 mistyped ``--out`` cannot delete a user's files, and never through a symbolic link.
 
 One job at a time: the launcher (``python -m train``, ``python -m predict``) holds the folder's
-lock (:class:`RunLock`) for the job's life, so ``--force``, ``--resume`` or ``predict`` on a folder
-a live job uses is refused, naming that job. Files dsgraph reads back carry a checksum of their
+lock (:class:`dsgraph.runlock.RunLock`) for the job's life, so ``--force``, ``--resume`` or
+``predict`` on a folder a live job uses is refused, naming that job. Files dsgraph reads back carry a checksum of their
 own bytes (checkpoints: :mod:`dsgraph.checkpoint`; ``metrics.json``: :mod:`dsgraph.metrics`;
 ``config.yaml``: recorded in the marker), so a changed byte is an error, never a prediction.
 """
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
-from dsgraph import checkpoint
+from dsgraph import checkpoint, runlock
 from dsgraph import config as config_mod
 from dsgraph.errors import IntegrityError, UserError
 from dsgraph.metrics import read_summary
@@ -200,23 +197,12 @@ class RunFolder:
                     entry.unlink()
 
     def lock(self, action: str) -> None:
-        """Take the folder's lock for this process's job (see :class:`RunLock`). Re-entrant: a
-        process that holds it already (a benchmark running job after job in one folder) keeps
-        it until every :meth:`lock` has had its :meth:`unlock`."""
-        key = self.path.resolve()
-        if key not in _HELD:
-            lock = RunLock(self.path / LOCK)
-            lock.acquire(action)
-            _HELD[key] = [lock, 0]
-        _HELD[key][1] += 1
+        """Take the folder's lock for this process's job (:func:`dsgraph.runlock.hold`)."""
+        runlock.hold(self.path / LOCK, action)
 
     def unlock(self) -> None:
         """Undo one :meth:`lock` (a killed job's lock goes with its process)."""
-        key = self.path.resolve()
-        if key in _HELD:
-            _HELD[key][1] -= 1
-            if _HELD[key][1] <= 0:
-                _HELD.pop(key)[0].release()
+        runlock.let_go(self.path / LOCK)
 
     def job_dir(self, name: str) -> Path:
         """A fresh folder ``name`` (a name in :data:`RUN_PREFIXES`) for a later job's logs, the
@@ -293,70 +279,6 @@ class RunFolder:
                 raise UserError(f"{self.path / CHECKPOINT}: {action}: the checkpoint was "
                                 f"trained with {key}={recorded.get(key, '(default)')}, now "
                                 f"{fingerprint.get(key, '(default)')}")
-
-
-class RunLock:
-    """A run folder's lock: an exclusive ``flock`` on :data:`LOCK`, held by the job's launcher
-    until it ends (the kernel drops it when the process dies, however it dies); the file names
-    the holder (pid, host, action, start time), so a refusal can say which job, and a lock left
-    by a dead job is taken over with a notice."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: Optional[int] = None
-
-    def acquire(self, action: str) -> None:
-        """Take the lock for ``action`` or raise a one-line UserError naming the live holder."""
-        with storage_errors(self.path, "the run folder's lock"):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _describe(_read_owner(fd))
-            os.close(fd)
-            raise UserError(f"{self.path.parent}: {action}: the run folder is in use by a live "
-                            f"job ({holder}); wait for it to end or stop it first") from None
-        stale = _read_owner(fd)
-        if stale:
-            print(f"dsgraph: {self.path.parent}: taking over the lock of a job that is gone "
-                  f"({_describe(stale)})", file=sys.stderr)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "action": action,
-                 "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-        with storage_errors(self.path, "the run folder's lock"):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(owner).encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        """Empty the holder record (an empty lock file is not stale) and unlock."""
-        if self._fd is None:
-            return
-        try:
-            os.ftruncate(self._fd, 0)
-        except OSError:  # a full or read-only disk: the next job reports a stale lock instead
-            pass
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
-
-
-# The run folders whose lock this process holds: [the lock, how many lock() calls hold it].
-_HELD: dict[Path, list] = {}
-
-
-def _read_owner(fd: int) -> dict[str, Any]:
-    try:
-        owner = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        return {}
-    return owner if isinstance(owner, dict) else {}
-
-
-def _describe(owner: dict[str, Any]) -> str:
-    if not owner:
-        return "holder unknown"
-    return (f"{owner.get('action', 'a job')}, pid {owner.get('pid')} on {owner.get('host')}, "
-            f"started {owner.get('started')}")
 
 
 def _sha256(path: Path) -> str:

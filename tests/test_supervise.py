@@ -356,7 +356,7 @@ RANK0_OUTPUT = (
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_the_console_filter_drops_traceback_blocks_and_keeps_progress_and_epoch_lines(chunk):
-    from dsgraph.cluster.supervise import TracebackFilter
+    from dsgraph.cluster.console import TracebackFilter
     shown = TracebackFilter()
     out = b"".join(shown.feed(RANK0_OUTPUT[i:i + chunk])
                    for i in range(0, len(RANK0_OUTPUT), chunk)) + shown.flush()
@@ -371,7 +371,7 @@ def test_the_console_filter_drops_traceback_blocks_and_keeps_progress_and_epoch_
 
 
 def test_a_progress_bar_is_echoed_before_its_line_ends():
-    from dsgraph.cluster.supervise import TracebackFilter
+    from dsgraph.cluster.console import TracebackFilter
     shown = TracebackFilter()
     assert shown.feed(b"\r 40%|####") == b"\r 40%|####"
     assert shown.feed(b"      | 4/10]") == b"      | 4/10]"
@@ -416,7 +416,7 @@ def test_what_an_echoed_process_says_while_it_is_stopped_stays_off_the_console(t
 
 
 def test_the_cause_after_a_progress_bar_on_the_same_line_is_found(tmp_path):
-    from dsgraph.cluster.supervise import log_cause
+    from dsgraph.cluster.logs import log_cause
 
     log = tmp_path / "worker0.log"
     log.write_text("epoch 1: loss 0.5\ntrain:  1%| | 7/100 [00:01<00:10]\rtrain:  2%| | 8/100"

@@ -16,9 +16,18 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from dsgraph import fsutil
 from dsgraph.cluster import shm
+
+
+def light_env() -> dict[str, str]:
+    """The reaper's environment: this one, with dsgraph importable from anywhere."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def _gone(pid: int) -> bool:

@@ -3,7 +3,8 @@ a hang, a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-
 
 A hang is a live process that made no progress for ``heartbeat_s``: stopped (SIGSTOP, a
 debugger) or its heartbeat silent (:mod:`.heartbeat`); it is named as the job's fault. Rank 0's
-output is echoed to the console without its traceback blocks (the log keeps everything).
+output is echoed to the console without its traceback blocks (:mod:`.console`; the log keeps
+everything); why a process failed is read from its log (:mod:`.logs`).
 
 However the launcher itself ends, its processes end with it: each gets the parent-death signal
 (:mod:`.lifeline`), and a reaper process (:mod:`.reaper`) kills what is left and removes the
@@ -12,7 +13,6 @@ job's segments when the launcher dies without cleaning up.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -24,23 +24,14 @@ from pathlib import Path
 from typing import Sequence
 
 from dsgraph.cluster import heartbeat, lifeline, shm
+from dsgraph.cluster.console import tee
+from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
+from dsgraph.cluster.reaper import light_env
 from dsgraph.errors import JobFailed, UserError
 from dsgraph.procstats import peak_rss_mb
 
-SHM_DIR = shm.SHM_DIR
 # How often the supervisor looks for processes that make no progress.
 _CHECK_EVERY_S = 0.5
-
-# A process that failed because a peer did: its collective or RPC connection broke, or it timed
-# out waiting. Such an error is never the cause when another process failed on its own.
-_PEER_ERROR = re.compile(
-    r"Connection (closed|reset) by peer|Broken pipe|Connection refused|ECONNRESET|EPIPE|"
-    r"gloo/transport|ProcessGroupGloo|DistBackendError|DistNetworkError|Socket Timeout|"
-    r"Timed out|timed out|DistConnectError|Fail to connect|socket_communicator|"
-    r"job interrupted|KeyboardInterrupt|Terminated", re.IGNORECASE)
-# The line of a log that states the cause: an "error: ..." line or an exception's last line.
-_CAUSE = re.compile(r"^(error: .*|([A-Za-z_][\w.]*)?(Error|Exception|Exit|Interrupt|Failure)"
-                    r"\b(: .*)?|dgl\._ffi\.base\.DGLError: .*|.*Check failed.*)$")
 
 
 @dataclass
@@ -70,43 +61,9 @@ class ProcessUserError(UserError):
     """A job process rejected the user's input (it exited with code 2 and an ``error:`` line)."""
 
 
-def log_tail(path: Path, lines: int = 3, width: int = 400) -> str:
-    """The last non-empty lines of a log, joined into one line."""
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    tail = [ln.strip() for ln in text if ln.strip()][-lines:]
-    return " | ".join(tail)[-width:] or "(empty log)"
-
-
-def log_cause(path: Path, width: int = 400) -> str:
-    """The line of a process's log that states why it failed (else its last lines)."""
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    for line in reversed(text):
-        # a progress bar redraws with carriage returns and leaves no newline before what
-        # follows it: the cause is the line's last segment, from its "error: " on
-        line = line.rsplit("\r", 1)[-1].strip()
-        if not _CAUSE.match(line) and "error: " in line:
-            line = line[line.index("error: "):]
-        if _CAUSE.match(line):
-            return line[:width]
-    return log_tail(path, width=width)
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 def _peer_failure(p: Proc) -> bool:
     """Whether exited process ``p`` failed only because a peer did (its log's cause says so)."""
-    return _PEER_ERROR.search(log_cause(p.log)) is not None
+    return is_peer_error(log_cause(p.log))
 
 
 def _terminate_handler(signum, frame):  # SIGTERM behaves like Ctrl-C in the launcher
@@ -167,7 +124,7 @@ class Supervisor:
             self._reaper = subprocess.Popen(
                 [sys.executable, "-m", "dsgraph.cluster.reaper"], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                env=_light_env())
+                env=light_env())
             if self.shm_token:
                 self._tell_reaper(f"token {self.shm_token}")
             if self._run_dir is not None:
@@ -226,7 +183,7 @@ class Supervisor:
         proc = Proc(name, popen, log, required, beat=beat,
                     hush=threading.Event() if echo else None)
         if echo:
-            t = threading.Thread(target=_tee, args=(popen.stdout, log, self._echo, proc.hush),
+            t = threading.Thread(target=tee, args=(popen.stdout, log, self._echo, proc.hush),
                                  daemon=True)
             t.start()
             self._threads.append(t)
@@ -380,7 +337,7 @@ class Supervisor:
         rc = p.popen.returncode
         if rc < 0:  # its log ends wherever the signal hit it: no cause to quote
             return JobFailed(f"process {p.name} (pid {p.popen.pid}) was killed by "
-                             f"{_signal_name(-rc)}; log {p.log}")
+                             f"{signal_name(-rc)}; log {p.log}")
         cause = log_cause(p.log)
         if rc == 2 and cause.startswith("error: "):
             return ProcessUserError(f"{p.name}: {cause[len('error: '):]} (log {p.log})")
@@ -430,119 +387,8 @@ class Supervisor:
         self._close_reaper()
 
 
-def _light_env() -> dict[str, str]:
-    """The reaper's environment: this one, with dsgraph importable from anywhere."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-class TracebackFilter:
-    """Drops Python traceback blocks from a byte stream and passes everything else through at
-    once (a progress bar's unfinished line too): what the console shows of a job process.
-
-    A traceback may start anywhere, right after a progress bar on the same line, say; it ends
-    at the first line after the exception's own that does not continue it (see ``_TB_MORE``).
-    """
-
-    def __init__(self) -> None:
-        self.state: str | None = None  # None: passing; "body": frames; "tail": after them
-        self.held = b""  # not yet shown: may begin a traceback, or a line not yet ended
-
-    def feed(self, data: bytes) -> bytes:
-        """The part of ``data`` to show."""
-        data, self.held = self.held + data, b""
-        out = []
-        while data:
-            if self.state is None:
-                head = _TB_HEAD.search(data)
-                if head is None:
-                    cut = len(data) - _opening_len(data)
-                    out.append(data[:cut])
-                    self.held = data[cut:]
-                    break
-                out.append(data[:head.start()])
-                data, self.state = data[head.end():], "body"
-                continue
-            end = _LINE_END.search(data)  # a carriage return ends a progress bar's line
-            if end is None:
-                self.held = data  # decided once the line ends
-                break
-            line, data = data[:end.end()], data[end.end():]
-            if self._ends_block(line.rstrip(b"\r\n")):
-                out.append(line)
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        """What is left to show once the stream has ended."""
-        held, self.held = self.held, b""
-        return held if self.state is None else b""
-
-    def _ends_block(self, text: bytes) -> bool:
-        """Whether ``text``, a line inside a traceback block, is the first one after it."""
-        if self.state == "body":
-            if text.strip() and not text[:1].isspace():
-                self.state = "tail"  # the exception's own line, also left out
-            return False
-        if _TB_MORE.match(text):
-            if text.lstrip().startswith(_TB_START):
-                self.state = "body"  # a chained exception's traceback
-            return False
-        self.state = None
-        return True
-
-
-# A traceback's first line, and the lines that may follow the exception's own line: blank or
-# indented ones, a chained exception's, the C++ backtrace torch and DGL append to their messages.
-_TB_START = b"Traceback (most recent call last):"
-_TB_HEAD = re.compile(rb"(\+ Exception Group )?Traceback \(most recent call last\):")
-_TB_MORE = re.compile(rb"\s|$|Traceback \(most recent call last\):|During handling of the above "
-                      rb"exception|The above exception was the direct cause|Exception raised "
-                      rb"from |frame #\d+: |Stack trace:")
-_LINE_END = re.compile(rb"[\r\n]")
-
-
-def _opening_len(data: bytes) -> int:
-    """The length of the longest end of ``data`` that may be the start of a traceback."""
-    for n in range(min(len(data), len(_TB_START) - 1), 0, -1):
-        if _TB_START.startswith(data[-n:]):
-            return n
-    return 0
-
-
-def _tee(stream, log: Path, state: dict, hush: threading.Event) -> None:
-    """Copy a child's output to its log, and to our stderr less its tracebacks (and nothing
-    once ``hush`` is set), until it closes."""
-    shown = TracebackFilter()
-    with log.open("ab") as fh:
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            fh.write(chunk)
-            fh.flush()
-            if not hush.is_set():
-                _show(shown.feed(chunk), state)
-        if not hush.is_set():
-            _show(shown.flush(), state)
-
-
-def _show(data: bytes, state: dict) -> None:
-    if not data:
-        return
-    try:
-        sys.stderr.buffer.write(data)
-        sys.stderr.flush()
-        state["mid_line"] = not data.endswith(b"\n")
-    except (ValueError, OSError):
-        pass
-
-
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def remove_shm(token: str | None) -> list[str]:
-    """Remove /dev/shm entries whose name contains the job's token; return their names."""
-    return shm.remove_token(token)
