@@ -39,9 +39,7 @@ def storage_errors(path: str | os.PathLike, what: str | None = None) -> Iterator
     """Turn an OSError of the block (writing ``path``) into a :class:`StorageError`."""
     try:
         yield
-    except StorageError:
-        raise
-    except OSError as exc:
+    except OSError as exc:  # a StorageError from a write further down passes as it is
         raise storage_error(exc, path, what) from None
 
 

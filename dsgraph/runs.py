@@ -129,7 +129,7 @@ class RunFolder:
                             f"finish it with `python -m train --config {path / CONFIG} --out "
                             f"{path} --resume`")
         read_summary(path)  # its checksum
-        if self.checkpoint("last") is None:
+        if not (path / CHECKPOINT).is_file():  # read (and verified) once, by the caller
             raise UserError(f"--run {path}: no {CHECKPOINT} to load the model from")
 
     # --- what it holds ------------------------------------------------------------------------

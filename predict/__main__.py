@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
                                 f"run's task is {cfg.task_name!r}")
             read_pairs(args.pairs, json.loads(Path(prepared).read_text())["num_nodes"])
         run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
-        run.checkpoint(args.checkpoint)  # a corrupt file is refused before any process starts
+        if args.checkpoint == "best":  # (the last one was read by the fingerprint check)
+            run.checkpoint("best")  # a corrupt file is refused before any process starts
         job = run.job_dir(JOB_DIR)  # the logs of an earlier prediction job go
         args_ = ["--run", str(run.path.resolve()), "--out", str(out), "--checkpoint",
                  args.checkpoint, *(["--embeddings"] if args.embeddings else []),
