@@ -7,12 +7,17 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsgraph import config as config_mod
-from dsgraph.errors import UserError, cli_main
+from dsgraph.errors import DataError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from dsgraph.partition.integrity import verify_partitions
 from dsgraph.partition.meta import partition_source
+
+if TYPE_CHECKING:  # torch and DGL load only once the config is checked (see main)
+    import dgl
+    import numpy as np
 
 
 def summary_lines(stats: dict) -> list[str]:
@@ -70,14 +75,10 @@ def main(argv: list[str] | None = None) -> None:
 
     source = partition_source(cfg)
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
-    g = load_graph(cfg.dataset)
+    g = load_graph(cfg.dataset, cfg.task_name)
     link_split = None
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
-        from dsgraph.data.link_split import split_edges
-        g, link_split = split_edges(g, cfg.task.edge_split, cfg.dataset.seed)
-        print(f"edge split: {', '.join(f'{k} {len(v):,}' for k, v in link_split.items())} "
-              f"undirected edges; {g.num_edges():,} directed edges left to message passing",
-              flush=True)
+        g, link_split = edge_split(g, cfg)
     p = cfg.partition
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
     try:
@@ -91,6 +92,36 @@ def main(argv: list[str] | None = None) -> None:
     if stats is not None:
         print("\n".join(summary_lines(stats)))
     print(f"wrote {path}")
+
+
+def edge_split(g: dgl.DGLGraph, cfg: config_mod.Config
+               ) -> tuple[dgl.DGLGraph, dict[str, np.ndarray]]:
+    """Link prediction's graph and held-out edges: the dataset's own split where it ships one
+    (``task.edge_split`` must then stay at its default), else one drawn by ``task.edge_split``."""
+    from dsgraph.config import TaskConfig
+    from dsgraph.data.link_split import SPLITS, apply_given_split, given_split, split_edges
+    given = given_split(g)
+    if given is None:
+        g, arrays = split_edges(g, cfg.task.edge_split, cfg.dataset.seed)
+        kind = "undirected edges"
+    else:
+        if list(cfg.task.edge_split) != list(TaskConfig().edge_split):
+            raise DataError(f"{cfg.dataset.path}: ships its own edge split ({given.source}); "
+                            f"task.edge_split {list(cfg.task.edge_split)} cannot replace it: "
+                            f"remove task.edge_split")
+        print(f"task.edge_split: not used; {cfg.dataset.path} ships its own edge split "
+              f"({given.source})", flush=True)
+        g, arrays, repeats = apply_given_split(g, given)
+        kind = "directed edges" if given.directed else "undirected edges"
+        if repeats:
+            print(f"{repeats:,} training pairs also held out for validation or test left the "
+                  f"graph (no leakage)", flush=True)
+        if given.negatives:
+            print("evaluation negatives given: " + ", ".join(
+                f"{k} {tuple(v.shape)}" for k, v in given.negatives.items()), flush=True)
+    print(f"edge split: {', '.join(f'{k} {len(arrays[k]):,}' for k in SPLITS)} {kind}; "
+          f"{g.num_edges():,} directed edges left to message passing", flush=True)
+    return g, arrays
 
 
 def read_stats(out: Path) -> dict | None:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     epoch = run.load_weights(model, args.checkpoint)
     model.eval()
     if args.pairs is not None:  # link prediction: score these pairs (checked by the launcher)
-        strategy.pairs = read_pairs(args.pairs, strategy.g.num_nodes())
+        strategy.pairs = read_pairs(args.pairs, strategy.num_nodes())
     with torch.no_grad():
         arrays = strategy.predict(trainer, args.embeddings)
     if arrays is not None:

@@ -180,22 +180,69 @@ def test_sampler_leaves_out_the_batch_edges_both_ways(graph):
     # positives and negatives index the seeds: endpoints as drawn
     assert torch.equal(batch.seeds[batch.pos[:, 0]], src)
     assert torch.equal(batch.seeds[batch.pos[:, 1]], dst)
-    assert len(batch.neg) == 3 * len(eids)
-    assert torch.equal(batch.seeds[batch.neg[:, 0]], src.repeat_interleave(3))
-    assert batch.labels().tolist() == [1.0] * 200 + [0.0] * 600
+    assert batch.neg_dst.shape == (200, 3)
+
+
+@pytest.mark.parametrize("kind, k, shape", [("uniform", 3, (40, 3)), ("joint", 5, (40, 5)),
+                                            ("in_batch", 3, (40, 39))])
+@pytest.mark.parametrize("decoder", ["dot", "distmult"])
+def test_batch_scores_pair_each_source_with_its_negatives(graph, kind, k, shape, decoder):
+    g = dgl.graph(graph.edges(), num_nodes=graph.num_nodes())
+    eids = torch.arange(100, 140)
+    batch = edge_batch(g, PairExcludingSampler([5]), eids, k, torch.Generator().manual_seed(1),
+                       kind)
+    src, dst = g.find_edges(eids)
+    h = torch.randn(len(batch.seeds), 6, dtype=torch.float64)
+    dec = make_decoder(decoder, 6).double()
+    if decoder == "distmult":
+        with torch.no_grad():
+            dec.relation.uniform_(0.5, 2.0)
+    pos, neg = batch.scores(h, dec)
+    row_of = {int(n): i for i, n in enumerate(batch.seeds)}
+    emb = {int(n): h[i] for n, i in row_of.items()}
+    expect = torch.stack([dec(emb[int(u)], emb[int(v)]) for u, v in zip(src, dst)])
+    assert torch.allclose(pos, expect) and neg.shape == shape
+    # every negative score is the positive's source against a destination of the kind's rule
+    if kind == "in_batch":
+        others = [[int(dst[j]) for j in range(40) if j != i] for i in range(40)]
+    elif kind == "joint":
+        shared = [int(batch.seeds[r]) for r in batch.neg_dst]
+        assert len(batch.neg_dst) == k
+        others = [shared] * 40
+    else:
+        others = [[int(batch.seeds[r]) for r in row] for row in batch.neg_dst]
+    want = torch.tensor([[float(dec(emb[int(u)], emb[v])) for v in row]
+                         for u, row in zip(src, others)], dtype=torch.float64)
+    assert torch.allclose(neg, want)
+
+
+def test_edge_losses_against_hand_computations():
+    pos = torch.tensor([2.0, -1.0])
+    neg = torch.tensor([[0.5, 1.0, -2.0], [3.0, 0.0, 0.0]])
+    bce = LinkPrediction(TaskConfig(name="link_prediction"))
+    sig = torch.sigmoid
+    want = -(torch.log(sig(pos)).sum() + torch.log(1 - sig(neg)).sum()) / 8
+    assert torch.allclose(bce.edge_loss(pos, neg), want)
+    assert torch.allclose(bce.edge_loss(pos, neg, "sum"), want * 8)
+    assert bce.loss_count(2, 3) == 8
+    nce = LinkPrediction(TaskConfig(name="link_prediction", loss="contrastive"))
+    rows = torch.cat([pos.unsqueeze(1), neg], 1)
+    want = -(pos - torch.logsumexp(rows, 1)).mean()
+    assert torch.allclose(nce.edge_loss(pos, neg), want)
+    assert nce.loss_count(2, 3) == 2
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["task.name=link_prediction", "train.mode=sar"],
-     "task.name: task 'link_prediction' runs in train.mode 'sampled', got train.mode 'sar'"),
+    (["task.name=link_prediction", "train.mode=sar", "task.negative_sampler=joint"],
+     "task.negative_sampler: 'joint' needs mini-batches"),
+    (["task.loss=contrastive"],
+     "task.loss: only task 'link_prediction' reads it"),
     (["task.decoder=distmult"],
      "task.decoder: only task 'link_prediction' reads it; remove it or set task.name, got "
      "'distmult'"),
     (["task.name=link_prediction", "task.edge_split=[0.9, 0.1, 0.0]"],
      r"task.edge_split: expected \[train, val, test\] fractions of the edges, each > 0, "
      r"summing to <= 1, got \[0.9, 0.1, 0.0\]"),
-    (["task.name=link_prediction", "sampled.rematerialize=true"],
-     "sampled.rematerialize: task 'link_prediction' does not support it"),
     (["task.name=link_prediction", "cluster.samplers_per_trainer=1"],
      "cluster.samplers_per_trainer: task 'link_prediction' samples in the trainer"),
 ])

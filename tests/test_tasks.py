@@ -65,8 +65,9 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
     (["dataset.target=multilabel"],
      "dataset.target: task 'node_classification' trains on 'class' targets; expected 'class', "
      "got 'multilabel'"),
-    (["task.name=link_prediction", "train.mode=sar"],
-     "task.name: task 'link_prediction' runs in train.mode 'sampled', got train.mode 'sar'"),
+    (["task.name=link_prediction", "train.mode=dsmpnn", "dataset.name=darcy"],
+     "task.name: task 'link_prediction' runs in train.mode 'sampled' or 'sar', got train.mode "
+     "'dsmpnn'"),
     (["task.name=unknown"],
      "task.name: expected 'auto' or one of 'node_classification', 'node_regression', "
      "'multilabel', 'link_prediction' for train.mode 'sampled', got 'unknown'"),

@@ -14,7 +14,8 @@ MODES = {"sampled": "train.sampled:SampledStrategy", "sar": "train.sar:SarStrate
 
 
 # (train.mode, task.name) -> the Strategy class when a task needs its own (edge batches, say).
-TASK_STRATEGIES = {("sampled", "link_prediction"): "train.sampled_link:LinkSampledStrategy"}
+TASK_STRATEGIES = {("sampled", "link_prediction"): "train.sampled_link:LinkSampledStrategy",
+                   ("sar", "link_prediction"): "train.sar_link:SarLinkStrategy"}
 
 
 def strategy_class(mode: str, task: Optional[str] = None) -> type:

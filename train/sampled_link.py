@@ -2,9 +2,12 @@
 
 The training edges are the partitioned graph's edges (validation and test edges were removed
 before partitioning, :mod:`dsgraph.data.link_split`), split over trainers by DGL's
-``edge_split``; each batch adds ``task.negatives`` uniform negatives per edge and samples its
-endpoints' neighbourhoods without the batch's own edges (either direction,
-:mod:`dsgraph.distgraph.link_sampler`). The node model's output is the embedding; the decoder
+``edge_split``; each batch adds its negatives (``task.negative_sampler``: per edge, shared by
+the batch, or the batch's other destinations) and samples its endpoints' neighbourhoods
+without the batch's own edges (either direction, :mod:`dsgraph.distgraph.link_sampler`; over
+RPC or, with ``sampled.local_sampling``, in the trainer's partition where it stores them).
+``task.loss`` scores each positive against its negatives (BCE or InfoNCE);
+``sampled.rematerialize`` and ``compression`` apply to the node model as in node tasks. The node model's output is the embedding; the decoder
 (``task.decoder``) is a submodule of the model (``link_decoder``), so DDP, Adam and checkpoints
 carry it. Evaluation ranks the held-out edges of ``link_split.npz`` from exact layer-wise
 embeddings (:mod:`dsgraph.distgraph.link_evaluate`).
@@ -22,14 +25,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from dsgraph import checkpoint, dist
+from dsgraph import checkpoint, dist, remat
 from dsgraph.compress import compression_context
 from dsgraph.distgraph.evaluate import node_outputs, read_all
 from dsgraph.distgraph.features import CachedFeatures
-from dsgraph.distgraph.link_evaluate import (EvalEdges, eval_negatives, link_metrics, rank_share,
-                                             shared_negatives)
+from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
 from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch
-from dsgraph.distgraph.local_sampler import SampleCounter
+from dsgraph.distgraph.local_sampler import LocalIndex, SampleCounter, local_frontier
 from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import DataError
 from dsgraph.tasks.link_prediction import make_decoder
@@ -69,47 +71,47 @@ class LinkSampledStrategy(SampledStrategy):
         s = self.cfg.sampled
         self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
                                    s.copy_own_features)
-        self.sampler = PairExcludingSampler(s.fanouts)
-        self.counter = SampleCounter(g, None)
-        self.ahead = Prefetcher(s.prefetch)
-        self.eval_edges, self.shared = self._eval_edges(conf.parent / meta["link_split"], trainer)
+        if s.rematerialize:
+            remat.install(model)
+        index = LocalIndex.build(g) if s.local_sampling else None
+        self.sampler = PairExcludingSampler(s.fanouts, None if index is None else (
+            lambda g, seeds, fanout: local_frontier(g, index, seeds, fanout)))
+        self.counter = SampleCounter(g, index)
+        self.ahead = Prefetcher(0 if s.rematerialize else s.prefetch)  # see SampledStrategy
+        self.eval_edges = self._eval_edges(conf.parent / meta["link_split"], trainer)
         self.steps_per_epoch = (self.train_eids.numel() + s.batch_size - 1) // s.batch_size
         return model
 
-    def _eval_edges(self, path: Path, trainer: Trainer) -> tuple[dict[str, EvalEdges],
-                                                                  torch.Tensor]:
-        """This rank's share of the validation and test edges with their negatives, and the
-        shared Hits@K negatives, in the partitioned graph's ids."""
-        n, t = self.g.num_nodes(), self.cfg.task
+    def _eval_edges(self, path: Path, trainer: Trainer) -> dict[str, EvalEdges]:
+        """This rank's share of the validation and test edges with their negatives, and each
+        split's Hits@K negatives, in the partitioned graph's ids."""
+        n = self.g.num_nodes()
         new_of = np.empty(n, dtype=np.int64)  # original id -> partitioned id
         new_of[read_all(self.g.ndata["orig_id"]).numpy()] = np.arange(n, dtype=np.int64)
-        with np.load(path) as split:
-            pairs = {name: split[name] for name in ("val", "test")}
-        edges = {}
-        for i, (name, p) in enumerate(pairs.items()):
-            neg = eval_negatives(p, n, t.eval_negatives, self.cfg.dataset.seed + i)
-            mine = rank_share(np.arange(len(p)), trainer.rank, trainer.world)
-            edges[name] = EvalEdges(torch.from_numpy(new_of[p[mine]]),
-                                    torch.from_numpy(new_of[neg[mine]]))
-        shared = torch.from_numpy(new_of[shared_negatives(n, t.hits_negatives,
-                                                          self.cfg.dataset.seed)])
-        return edges, shared
+        return {name: edges.mapped(new_of) for name, edges in held_out_edges(
+            path, n, self.cfg.task, self.cfg.dataset.seed, trainer.rank, trainer.world).items()}
+
+    def num_nodes(self) -> int:
+        """Nodes of the whole graph (the range of ``python -m predict --pairs`` ids)."""
+        return self.g.num_nodes()
 
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One pass over this trainer's training edges in a fresh order."""
         seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
         order = self.train_eids[torch.randperm(self.train_eids.numel(),
                                                generator=torch.Generator().manual_seed(seed))]
-        bs, k = self.cfg.sampled.batch_size, self.cfg.task.negatives
+        bs, t = self.cfg.sampled.batch_size, self.cfg.task
         decoder = trainer.model.link_decoder
 
         def batches_of_epoch():
             dgl.seed(seed)  # DGL's generator is per thread: seed the one that samples
             negatives = torch.Generator().manual_seed(seed)
             for start in range(0, order.numel(), bs):
-                batch = edge_batch(self.g, self.sampler, order[start:start + bs], k, negatives)
+                batch = edge_batch(self.g, self.sampler, order[start:start + bs], t.negatives,
+                                   negatives, t.negative_sampler)
                 self.counter.add(batch.blocks, all_local=False)
-                yield batch, self.feat[batch.input_nodes]
+                x, blocks = self.inputs(batch.input_nodes, None, batch.blocks)
+                yield batch, x, blocks
 
         loss_sum = edges_seen = batches = 0.0
         self.feat.remote_rows = self.feat.cache_hits = 0
@@ -117,12 +119,10 @@ class LinkSampledStrategy(SampledStrategy):
         dist.barrier()  # every trainer starts the clock together (see SampledStrategy)
         t0 = time.perf_counter()
         with self.ddp.join():  # trainers may have unequal batch counts
-            for batch, x in self.ahead(batches_of_epoch):
+            for batch, x, blocks in self.ahead(batches_of_epoch):
                 with compression_context(self.cfg.compression):
-                    h = self.ddp(FanoutBlocks(batch.blocks, self.cfg), x)
-                pairs = batch.pairs()
-                scores = decoder(h[pairs[:, 0]], h[pairs[:, 1]])
-                loss = self.task.loss(scores, batch.labels())
+                    h = self.ddp(FanoutBlocks(blocks, self.cfg), x)
+                loss = self.task.edge_loss(*batch.scores(h, decoder))
                 trainer.step(loss)
                 loss_sum += loss.item() * len(batch.pos)
                 edges_seen += len(batch.pos)
@@ -141,7 +141,7 @@ class LinkSampledStrategy(SampledStrategy):
         """Validation and test MRR and Hits@K over all ranks' held-out edges."""
         s = self.cfg.sampled
         return link_metrics(trainer.model, trainer.model.link_decoder, self.g, self.task,
-                            self.eval_edges, self.shared, self._layerwise(trainer), s.fanouts,
+                            self.eval_edges, self._layerwise(trainer), s.fanouts,
                             s.eval_batch_size)
 
     # (pairs, 2) original node ids to score instead of exporting embeddings (predict --pairs)

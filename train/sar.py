@@ -22,7 +22,7 @@ from dsgraph.models.gnn import capture_layer_input
 from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph.sar.model import check_model, prepare_model
-from dsgraph.sar.worker import setup_worker
+from dsgraph.sar.worker import SarWorker, setup_worker
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.trainer import Strategy, Trainer
 
@@ -42,13 +42,7 @@ class SarStrategy(Strategy):
     def setup(self, trainer: Trainer) -> nn.Module:
         """Load this worker's partition, its shards and ring plan; build the model."""
         part_json = partition_json(self.cfg)
-        self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
-                              self.cfg.sar.prefetch, self.cfg.seqagg.chunk_rows)
-        # Build every graph structure (with its sparse formats) now: it is part of loading, not
-        # of the first epoch's forward pass.
-        self.w.plan.materialize(self.cfg.sar.mode, self.cfg.seqagg.chunk_rows)
-        nd = self.w.part.ndata
-        self.x = nd["feat"].to(trainer.dtype)
+        nd = self._load_worker(part_json, trainer).part.ndata
         self.task.check_labels(nd["label"].dtype, str(part_json))
         self.label = self.task.target(nd["label"])
         self.masks = {k: self.w.local_mask(f"{k}_mask") for k in SPLITS}
@@ -58,6 +52,17 @@ class SarStrategy(Strategy):
         self.task.bind(self._label_width(), lambda: self.label[self.masks["train"]])
         width = self.task.head_width(self.task.width)
         return prepare_model(trainer.build_model(self.x.shape[1], width))
+
+    def _load_worker(self, part_json: Path, trainer: Trainer) -> SarWorker:
+        """This worker's partition, shards and ring plan (``self.w``) and features
+        (``self.x``)."""
+        self.w = setup_worker(part_json, trainer.rank, trainer.world, self.cfg.sar.mode,
+                              self.cfg.sar.prefetch, self.cfg.seqagg.chunk_rows)
+        # Build every graph structure (with its sparse formats) now: it is part of loading, not
+        # of the first epoch's forward pass.
+        self.w.plan.materialize(self.cfg.sar.mode, self.cfg.seqagg.chunk_rows)
+        self.x = self.w.part.ndata["feat"].to(trainer.dtype)
+        return self.w
 
     def _label_width(self) -> int:
         """Targets per node (float labels), or classes: the largest class id on any worker + 1."""

@@ -15,7 +15,8 @@ TASK_TARGETS = {"node_classification": "class", "node_regression": "regression",
 # Tasks whose loss takes task.class_weights, and what one weight is of.
 WEIGHTED_TASKS = {"node_classification": "class", "multilabel": "label"}
 # task keys only link prediction reads (others must leave them at their defaults)
-LINK_KEYS = ("edge_split", "negatives", "decoder", "eval_negatives", "hits_k", "hits_negatives")
+LINK_KEYS = ("edge_split", "negatives", "negative_sampler", "loss", "decoder", "eval_negatives",
+             "hits_k", "hits_negatives")
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
                "ogb": "an OGB dataset folder (holding raw/ and split/)",
                "fields": "a field file (.npz, or .pt from torch.save)"}
@@ -116,6 +117,11 @@ def check_link_keys(cfg: Config) -> None:
                 raise ConfigError(f"{src}: task.{key}: only task 'link_prediction' reads it; "
                                   f"remove it or set task.name, got {short_repr(getattr(t, key))}")
         return
+    if t.negative_sampler != "uniform" and cfg.train.mode != "sampled":
+        # full-batch training has no batch to share negatives within
+        raise ConfigError(f"{src}: task.negative_sampler: {t.negative_sampler!r} needs "
+                          f"mini-batches (train.mode 'sampled'); expected 'uniform' in mode "
+                          f"{cfg.train.mode!r}")
     fracs = t.edge_split
     ok = (len(fracs) == 3
           and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in fracs)

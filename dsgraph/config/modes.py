@@ -16,7 +16,7 @@ from dsgraph.errors import ConfigError
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
 NODE_TASKS = ("node_classification", "node_regression", "multilabel")
-# Tasks only mini-batch training runs (docs/tasks.md): link prediction's batches are edges.
+# Tasks whose training examples are edges (docs/tasks.md): their own strategy per mode.
 EDGE_TASKS = ("link_prediction",)
 
 
@@ -98,11 +98,6 @@ class SampledConfig(ModeSection):
                               f"{cfg.train.dtype!r}")
         if cfg.task_name in EDGE_TASKS:
             # Link prediction samples its own edge batches (dsgraph.distgraph.link_sampler).
-            for key, off in (("rematerialize", False), ("local_sampling", False)):
-                if getattr(self, key) != off:
-                    raise ConfigError(f"{cfg.source}: sampled.{key}: task {cfg.task_name!r} "
-                                      f"does not support it; expected {off}, got "
-                                      f"{getattr(self, key)!r}")
             if cfg.cluster.samplers_per_trainer:
                 raise ConfigError(f"{cfg.source}: cluster.samplers_per_trainer: task "
                                   f"{cfg.task_name!r} samples in the trainer; expected 0, got "
@@ -118,7 +113,7 @@ class SarConfig(ModeSection):
 
     MODE: ClassVar[str] = "sar"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS  # link prediction: train/sar_link.py
 
     mode: Literal["sar", "sa", "one_shot"] = opt(
         "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "

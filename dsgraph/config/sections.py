@@ -27,9 +27,9 @@ class DatasetConfig:
     path: Optional[str] = opt(None, "what `file`, `csv`, `ogb` and `fields` read (other datasets "
                                     "take none): a `dgl.save_graphs` file or an `.npz` (`src`, "
                                     "`dst`, `feat`, `label`, masks); a DGL CSV folder "
-                                    "(`meta.yaml`); an OGB folder (`raw/`, `split/`); an `.npz` "
-                                    "or `torch.save`d dict of tensors (`x_key`, `y_key`, "
-                                    "`pos_key`)")
+                                    "(`meta.yaml`); an OGB node or link folder (`raw/`, "
+                                    "`split/`); an `.npz` or `torch.save`d dict of tensors "
+                                    "(`x_key`, `y_key`, `pos_key`)")
     split: Optional[list] = opt(None, "`file`/`csv`/`ogb`: `[train, val, test]` fractions of "
                                       "the labelled nodes, drawn with `seed`; when set it "
                                       "replaces the file's masks or OGB's official split "
@@ -133,8 +133,8 @@ class TrainConfig:
 class TaskConfig:
     """What the model learns (docs/tasks.md): the task and its options for imbalanced labels."""
 
-    name: str = opt("auto", "`node_classification`, `node_regression`, `multilabel` (modes "
-                            "`sampled`, `sar`), `link_prediction` (`sampled`), "
+    name: str = opt("auto", "`node_classification`, `node_regression`, `multilabel`, "
+                            "`link_prediction` (modes `sampled`, `sar`), "
                             "`field_regression` (`dsmpnn`); `auto` = the mode's first")
     class_weights: Union[Literal["none", "balanced"], list] = opt(
         "none", "`node_classification`: loss weight per class; `multilabel`: weight of each "
@@ -144,9 +144,21 @@ class TaskConfig:
     edge_split: list = opt(doc="`link_prediction`: `[train, val, test]` fractions of the graph's "
                                "undirected edges, drawn with `dataset.seed` when partitioning; "
                                "validation and test edges (and any rest) are removed from the "
-                               "partitioned graph", factory=lambda: [0.85, 0.05, 0.1], max_len=3)
-    negatives: int = opt(1, "`link_prediction`: uniform negative edges per training edge", ge=1,
+                               "partitioned graph; not used when the dataset ships its own "
+                               "split (an OGB link folder, a DGL CSV folder's edge masks), "
+                               "where it must stay at its default",
+                           factory=lambda: [0.85, 0.05, 0.1], max_len=3)
+    negatives: int = opt(1, "`link_prediction`: negative destinations per training edge "
+                            "(`uniform`) or per batch, shared by its edges (`joint`)", ge=1,
                          cap=MAX_FANOUT)
+    negative_sampler: Literal["uniform", "joint", "in_batch"] = opt(
+        "uniform", "`link_prediction`: `uniform` (each edge's source with `negatives` uniform "
+                   "destinations), `joint` (`negatives` uniform destinations shared by every edge "
+                   "of a batch) or `in_batch` (each edge's source with the batch's other "
+                   "destinations; `sampled` mode only for `joint` and `in_batch`)")
+    loss: Literal["bce", "contrastive"] = opt(
+        "bce", "`link_prediction`: `bce` (binary cross-entropy of every positive and negative "
+               "pair) or `contrastive` (InfoNCE: each positive against its own negatives)")
     decoder: Literal["dot", "distmult"] = opt(
         "dot", "`link_prediction`: edge score from the two node embeddings: `dot` (h_u . h_v) "
                "or `distmult` (h_u . diag(r) . h_v, r learned)")

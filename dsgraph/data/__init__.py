@@ -1,10 +1,12 @@
-"""Datasets: synthetic community graphs, user graph files (npz/DGL, DGL CSV, OGB), physics.
+"""Datasets: synthetic community graphs, user graph files (npz/DGL, DGL CSV, OGB node and link
+folders), physics.
 
 A graph's ``label`` is what ``dataset.target`` says: class ids (int64), or float targets / 0/1
 labels (float32, nodes x columns)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import dgl
 
@@ -13,6 +15,7 @@ from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.files import load_graph_file
 from dsgraph.data.ogb import load_ogb
+from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
 
@@ -21,10 +24,12 @@ GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
 NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
 
-def load_graph(cfg: DatasetConfig) -> dgl.DGLGraph:
-    """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask)."""
+def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+    """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask); it may
+    carry the dataset's own edge split (:func:`dsgraph.data.link_split.given_split`). ``task``
+    (``task.name``, when known) refuses a dataset that cannot serve it."""
     if cfg.name in ("file", "csv", "ogb"):
-        g = _load_file_dataset(cfg)
+        g = _load_file_dataset(cfg, task)
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
     else:
@@ -36,9 +41,16 @@ def load_graph(cfg: DatasetConfig) -> dgl.DGLGraph:
     return g
 
 
-def _load_file_dataset(cfg: DatasetConfig) -> dgl.DGLGraph:
-    """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``."""
+def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+    """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``
+    (node or link folder)."""
     split = cfg.split
+    link = cfg.name == "ogb" and bool(cfg.path) and Path(cfg.path).is_dir()
+    if link and is_link_folder(Path(cfg.path)):
+        if task not in (None, "link_prediction"):
+            raise DataError(f"{cfg.path}: an OGB link-property folder (edges and an edge split, no "
+                            f"node labels); expected task.name link_prediction, got {task!r}")
+        return load_ogb_link(cfg.path, cfg.add_reverse_edges, split)
     if cfg.name == "ogb":
         return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
     reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored

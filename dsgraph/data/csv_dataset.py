@@ -6,8 +6,15 @@ vectors) and ``label`` are required, ``train_mask`` / ``val_mask`` / ``test_mask
 three, or none and ``dataset.split``); an empty or NaN ``label`` cell marks an unlabelled node
 (label -1 here), which no mask holds. ``label`` holds what ``dataset.target`` says: a class id,
 or (``regression``, ``multilabel``) a number or a quoted list of numbers per row, one per target
-or 0/1 label. Other node columns and all edge columns are ignored.
+or 0/1 label. Other node columns are ignored.
 Nodes are numbered in the order of their sorted ``node_id``, as DGL numbers them.
+
+Edge columns ``train_mask`` / ``val_mask`` / ``test_mask`` (DGL's convention for edge data,
+boolean or 0/1) are link prediction's split (:class:`dsgraph.data.link_split.GivenSplit`): edges
+in ``train_mask`` stay in the graph message passing sees; validation and test pairs leave it in
+both directions (pairs src < dst, duplicates merged); an edge in no mask leaves it too. All three
+or none; an edge in two masks, or an edge ``label`` column (edge labels, negative edges), is
+refused when link prediction asks for the split. Node tasks ignore edge columns.
 
 DGL caches the parsed graph in ``<folder>/<dataset_name>/`` and reuses it even after the CSV
 files change; here its cache goes to ``<cache_dir>/csv-<hash of the files' contents>/`` instead,
@@ -30,6 +37,7 @@ import yaml
 from dgl.data import CSVDataset
 
 from dsgraph.data.arrays import MASKS, Sources, finish, label_columns, short_error, user_path
+from dsgraph.data.link_split import GivenSplit, attach_given_split
 from dsgraph.errors import DataError, StorageError
 from dsgraph.fsutil import atomic_write_with
 
@@ -39,7 +47,8 @@ USED_COLUMNS = ("feat", "label") + MASKS
 
 def files_digest(folder: Path, names: Sequence[str]) -> str:
     """A short hash of ``meta.yaml`` and the named files' contents (the cache key)."""
-    h = hashlib.sha1(f"dgl-csv {dgl.__version__}".encode())
+    # "edge-masks": caches written before edge masks were parsed lack them
+    h = hashlib.sha1(f"dgl-csv edge-masks {dgl.__version__}".encode())
     for name in (META, *names):
         h.update(name.encode() + b"\0")
         with open(folder / name, "rb") as fh:
@@ -96,14 +105,40 @@ class NodeColumns:
         return np.stack([np.full(width, np.nan) if r is None else r for r in rows])
 
 
+class EdgeColumns:
+    """DGL ``edata_parser``: the edge masks (checked 0/1) and whether a ``label`` column exists."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __call__(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
+        """The masks of ``df`` as uint8; ``label`` as a column of ones when present."""
+        out = {}
+        for key in MASKS:
+            if key in df.columns:
+                col = df[key]
+                values = col.to_numpy() if pd.api.types.is_numeric_dtype(col) else None
+                bad = (np.ones(len(col), bool) if values is None
+                       else ~np.isin(values.astype(np.float64), (0.0, 1.0)))
+                if bad.any():
+                    first = int(np.flatnonzero(bad)[0])
+                    raise DataError(f"{self.where}: {key}: expected True/False or 0/1, got "
+                                    f"{str(col.iloc[first])[:40]!r} at line {first + 2}")
+                out[key] = values.astype(np.uint8)
+        if "label" in df.columns:
+            out["label"] = np.ones(len(df), dtype=np.uint8)
+        return out
+
+
 class _CachedCSVDataset(CSVDataset):
     """``CSVDataset`` whose processed cache lives in ``cache_dir``, keyed by the files' contents."""
 
-    def __init__(self, data_path: str, cache_path: Path, node_file: str) -> None:
+    def __init__(self, data_path: str, cache_path: Path, node_file: str, edge_file: str
+                 ) -> None:
         self._cache_path = cache_path  # read by save_path during CSVDataset.__init__
-        # Edge columns (weights, say) are not used: parse none of them.
+        # Other edge columns (weights, say) are not used: parse none of them.
         super().__init__(data_path, verbose=False, ndata_parser=NodeColumns(node_file),
-                         edata_parser=lambda df: {})
+                         edata_parser=EdgeColumns(edge_file))
 
     @property
     def save_path(self) -> str:
@@ -133,7 +168,8 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     quiet = io.StringIO()  # DGL prints validation details and warnings to stdout
     try:
         with contextlib.redirect_stdout(quiet):
-            ds = _CachedCSVDataset(str(folder), cache, str(folder / node_file))
+            ds = _CachedCSVDataset(str(folder), cache, str(folder / node_file),
+                                   str(folder / edge_file))
     except DataError:
         raise
     except KeyError as exc:  # DGL maps edge endpoints through a dict of the node ids
@@ -148,8 +184,42 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     where = Sources(str(folder / node_file), src=str(folder / edge_file),
                     dst=str(folder / edge_file))
     src, dst, nd = _arrays(g, where, target)
-    return finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
-                  target=target)
+    out = finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
+                 target=target)
+    given = _edge_split(g, str(folder / edge_file), src, dst)
+    return out if given is None else attach_given_split(out, given)
+
+
+def _edge_split(g: dgl.DGLGraph, where: str, src: np.ndarray, dst: np.ndarray
+                ) -> Optional[GivenSplit]:
+    """Link prediction's split from the edge masks (None without them); what makes it unusable
+    is recorded, to be raised only if link prediction asks for it."""
+    if "label" in g.edata:
+        return GivenSplit(where, refuse=f"{where}: edge column 'label' (edge labels or negative "
+                                        f"edges): link prediction takes positive edges only; "
+                                        f"remove the column and any negative rows")
+    present = [k for k in MASKS if k in g.edata]
+    if not present:
+        return None
+    if len(present) < len(MASKS):
+        missing = next(k for k in MASKS if k not in present)
+        return GivenSplit(where, refuse=f"{where}: missing edge column {missing} (found "
+                                        f"{', '.join(present)}); give all three edge masks "
+                                        f"or none and task.edge_split")
+    masks = {k: g.edata[k].numpy().astype(bool) for k in MASKS}
+    count = sum(m.astype(np.int64) for m in masks.values())
+    if (count > 1).any():
+        first = int(np.flatnonzero(count > 1)[0])
+        return GivenSplit(where, refuse=f"{where}: edge at line {first + 2} is in several of "
+                                        f"train_mask, val_mask, test_mask; expected one")
+    pairs = {}
+    for name, key in zip(("train", "val", "test"), MASKS):
+        rows = np.sort(np.stack([src[masks[key]], dst[masks[key]]], axis=1), axis=1)
+        if rows.shape[0] == 0:
+            return GivenSplit(where, refuse=f"{where}: {key}: no edge is marked; link "
+                                            f"prediction needs train, validation and test edges")
+        pairs[name] = np.unique(rows.astype(np.int64), axis=0)
+    return GivenSplit(where, pairs)
 
 
 def _check_meta(folder: Path) -> tuple[str, str, list[str]]:

@@ -5,10 +5,14 @@ The split is over undirected node pairs: an edge (u, v) and its reverse (v, u) a
 same split, so a held-out edge cannot leak through its reverse. The training edges are the
 edges left in the graph (both directions where the input has both); the held-out pairs are
 kept as arrays of original node ids, (src, dst) with src < dst, one row per pair.
+
+A dataset may ship its own split (:class:`GivenSplit`: OGB link folders, a DGL CSV folder's edge
+masks); :func:`apply_given_split` then uses it instead of drawing one.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 import dgl
 import numpy as np
@@ -62,3 +66,67 @@ def check_no_leak(g: dgl.DGLGraph, pairs: np.ndarray) -> int:
     src, dst = (t.numpy() for t in g.edges())
     return int(np.isin(pair_keys(src, dst, g.num_nodes()),
                        pair_keys(pairs[:, 0], pairs[:, 1], g.num_nodes())).sum())
+
+
+@dataclass
+class GivenSplit:
+    """A dataset's own edge split (OGB's ``split/`` files, a DGL CSV folder's edge masks).
+
+    ``pairs`` holds ``train`` / ``val`` / ``test`` ``(P, 2)`` int64 original node ids (src < dst
+    unless ``directed``: then (source, target) as given); ``negatives`` the evaluation negatives
+    the dataset ships (:data:`NEGATIVE_KEYS`); ``refuse``, when set, is why the dataset cannot be
+    used for link prediction (read only when that task asks for the split).
+    """
+
+    source: str
+    pairs: dict[str, np.ndarray] = field(default_factory=dict)
+    negatives: dict[str, np.ndarray] = field(default_factory=dict)
+    directed: bool = False
+    refuse: Optional[str] = None
+
+
+# link_split.npz keys of given negatives: per positive (P, K) destinations (MRR) and shared
+# (M, 2) pairs (Hits@K), original node ids.
+NEGATIVE_KEYS = ("val_neg_dst", "test_neg_dst", "val_neg_pairs", "test_neg_pairs")
+_ATTR = "dsgraph_given_link_split"  # a plain attribute: DGL never copies it to derived graphs
+
+
+def attach_given_split(g: dgl.DGLGraph, given: GivenSplit) -> dgl.DGLGraph:
+    """``g`` carrying ``given`` (read back by :func:`given_split`)."""
+    setattr(g, _ATTR, given)
+    return g
+
+
+def given_split(g: dgl.DGLGraph) -> Optional[GivenSplit]:
+    """The split ``g``'s dataset ships (None if it has none); a DataError when the dataset
+    cannot be used for link prediction."""
+    given = getattr(g, _ATTR, None)
+    if given is not None and given.refuse is not None:
+        raise DataError(given.refuse)
+    return given
+
+
+def apply_given_split(g: dgl.DGLGraph, given: GivenSplit
+                      ) -> tuple[dgl.DGLGraph, dict[str, np.ndarray], int]:
+    """``g`` cut to the given training pairs, minus every validation and test pair in either
+    direction (no leakage, even where a training edge repeats a held-out pair); the arrays for
+    ``link_split.npz`` (splits and negatives); and how many training pairs were dropped for
+    repeating a held-out one."""
+    n = g.num_nodes()
+    keys = {k: pair_keys(v[:, 0], v[:, 1], n) for k, v in given.pairs.items()}
+    both = np.intersect1d(keys["val"], keys["test"])
+    if both.size:
+        a, b = divmod(int(both[0]), n)
+        raise DataError(f"{given.source}: {both.size} node pairs are both validation and test "
+                        f"edges (first {a}-{b}); the splits must be disjoint")
+    held = np.union1d(keys["val"], keys["test"])
+    src, dst = (t.numpy().astype(np.int64) for t in g.edges())
+    edge_keys = pair_keys(src, dst, n)
+    kept = np.isin(edge_keys, keys["train"]) & ~np.isin(edge_keys, held)
+    out = dgl.graph((torch.from_numpy(src[kept]), torch.from_numpy(dst[kept])), num_nodes=n)
+    for key, value in g.ndata.items():
+        out.ndata[key] = value
+    repeats = np.isin(keys["train"], held)
+    arrays = {"train": given.pairs["train"][~repeats], "val": given.pairs["val"],
+              "test": given.pairs["test"], **given.negatives}
+    return out, arrays, int(repeats.sum())

@@ -1,4 +1,6 @@
-"""OGB node-property-prediction folders read from their raw files (no ``ogb`` package needed).
+"""OGB node-property-prediction folders read from their raw files (no ``ogb`` package needed);
+link-property folders (``ogbl-*``) are :mod:`dsgraph.data.ogb_link`'s, which reuses the readers
+here.
 
 ``dataset.path`` is the folder the ``ogb`` package lays out (``ogbn_arxiv/``, say, or ``arxiv/``
 as the downloaded zip unpacks): ``raw/`` holds either the CSV layout (``edge.csv.gz``,
@@ -45,25 +47,27 @@ SPLIT_FILES = {"train_mask": "train", "val_mask": "valid", "test_mask": "test"}
 HETERO_MARKERS = ("num-node-dict.csv.gz", "triplet-type-list.csv.gz", "relations")
 
 
-def ogb_name(root: Path) -> Optional[str]:
-    """The OGB dataset a folder holds, by its name (``ogbn_arxiv``, ``ogbn-arxiv``, ``arxiv``)."""
+def ogb_name(root: Path, known: dict = KNOWN, aliases: dict = ALIASES) -> Optional[str]:
+    """The OGB dataset a folder holds, by its name (``ogbn_arxiv``, ``ogbn-arxiv``, ``arxiv``),
+    looked up in ``known`` (by OGB name) and ``aliases`` (zip folder names)."""
     name = root.resolve().name.lower().replace("_", "-")
-    for alias, known in ALIASES.items():
+    for alias, full in aliases.items():
         if name == alias or (alias == "proteinfunc" and name.startswith("proteinfunc")):
-            return known
-    return name if name in KNOWN else None
+            return full
+    return name if name in known else None
 
 
-def reverse_edges_for(root: Path, setting: str | bool) -> bool:
+def reverse_edges_for(root: Path, setting: str | bool, known: dict = KNOWN,
+                      aliases: dict = ALIASES) -> bool:
     """Whether to add reverse edges: ``setting`` if true/false, else the dataset's convention."""
     if isinstance(setting, bool):
         return setting
-    name = ogb_name(root)
+    name = ogb_name(root, known, aliases)
     if name is None:
-        raise DataError(f"{root}: not a known OGB dataset name ({', '.join(sorted(KNOWN))}), so "
+        raise DataError(f"{root}: not a known OGB dataset name ({', '.join(sorted(known))}), so "
                         f"its reverse-edge convention is unknown; set dataset.add_reverse_edges "
                         f"to true (undirected graph stored one way) or false")
-    return KNOWN[name][0]
+    return known[name][0]
 
 
 def load_ogb(path: str | os.PathLike | None, split: Optional[Sequence[float]] = None,
@@ -86,9 +90,9 @@ def load_ogb(path: str | os.PathLike | None, split: Optional[Sequence[float]] = 
                             f"types, like ogbn-mag); dsgraph trains on homogeneous graphs")
     reverse = reverse_edges_for(root, add_reverse_edges)
     if (raw / "data.npz").exists():
-        src, dst, feat, n, where, extra = _read_binary(raw)
+        src, dst, feat, n, where, extra = read_binary(raw)
     else:
-        src, dst, feat, n, where = _read_csv_layout(raw)
+        src, dst, feat, n, where = read_csv_layout(raw)
         extra = None
     if feat is None:
         feat, where["feat"] = _derived_features(raw, n, src, dst, reverse, extra)
@@ -140,7 +144,7 @@ def _one_graph(p: Path, counts: np.ndarray, what: str) -> int:
     return int(counts[0])
 
 
-def _read_csv_layout(raw: Path) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], int,
+def read_csv_layout(raw: Path) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], int,
                                          Sources]:
     """Edges, features (None without ``node-feat.csv.gz``) and the node count of the CSV
     layout, each checked against the others."""
@@ -182,7 +186,7 @@ def _npz(p: Path, keys: Sequence[str], optional: Sequence[str] = ()) -> dict[str
     return read_npz(_need(p), select)[1]
 
 
-def _read_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], int, Sources,
+def read_binary(raw: Path) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray], int, Sources,
                                      dict[str, np.ndarray]]:
     """Edges, features (None without ``node_feat``), the node count of the binary layout
     (``data.npz``) and the arrays features can be derived from (``edge_feat``,
@@ -292,25 +296,29 @@ def _read_labels(raw: Path, n: int, target: str = "class") -> tuple[np.ndarray, 
     return label_columns(where, values, target), where
 
 
-def _split_folder(root: Path) -> Path:
-    """The official split's folder: the dataset's own, or the only one under ``split/``."""
+DRAW_HINT = "set dataset.split: [train, val, test] fractions to draw one"
+
+
+def split_folder(root: Path, known: dict = KNOWN, aliases: dict = ALIASES,
+                 hint: str = DRAW_HINT) -> Path:
+    """The official split's folder: the dataset's own, or the only one under ``split/``
+    (``hint`` says what else the user can do)."""
     base = root / "split"
     if not base.is_dir():
-        raise DataError(f"{root}: no split/ folder (the official split); set dataset.split: "
-                        f"[train, val, test] fractions to draw one")
+        raise DataError(f"{root}: no split/ folder (the official split); {hint}")
     folders = sorted(p.name for p in base.iterdir() if p.is_dir())
-    name = ogb_name(root)
-    if name is not None and KNOWN[name][1] in folders:
-        return base / KNOWN[name][1]
+    name = ogb_name(root, known, aliases)
+    if name is not None and known[name][1] in folders:
+        return base / known[name][1]
     if len(folders) == 1:
         return base / folders[0]
     raise DataError(f"{base}: expected one split folder, got {folders or 'none'}; remove the "
-                    f"others or set dataset.split: [train, val, test] fractions")
+                    f"others or {hint}")
 
 
 def _official_split(root: Path, n: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Masks from the split's ``train/valid/test.csv.gz`` node-id lists (checked, disjoint)."""
-    folder = _split_folder(root)
+    folder = split_folder(root)
     masks, files = {}, {}
     for key, stem in SPLIT_FILES.items():
         p = folder / f"{stem}.csv.gz"

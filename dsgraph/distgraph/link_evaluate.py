@@ -25,10 +25,38 @@ _EDGES_PER_READ = 1024  # held-out edges scored per DistTensor read (bounds memo
 @dataclass
 class EvalEdges:
     """A split's positives (P, 2) and each one's negative destinations (P, K), this rank's
-    rows, in the partitioned graph's node ids."""
+    rows, and the split's Hits@K negative pairs (M, 2), all ranks' (ids as the caller
+    maps them: original in :func:`held_out_edges`, then the graph's own)."""
 
     pos: torch.Tensor
     neg_dst: torch.Tensor
+    hits_pairs: torch.Tensor
+
+    def mapped(self, new_of: np.ndarray) -> "EvalEdges":
+        """The same edges in another id space (``new_of[original id]``)."""
+        return EvalEdges(*(torch.from_numpy(new_of[t.numpy()])
+                           for t in (self.pos, self.neg_dst, self.hits_pairs)))
+
+
+def held_out_edges(path: Any, num_nodes: int, task: Any, seed: int, rank: int,
+                   world: int) -> dict[str, EvalEdges]:
+    """``val`` and ``test`` of a ``link_split.npz`` (original node ids): this rank's share of
+    the positives with their negatives, the dataset's own where it gives them (OGB's
+    ``*_neg_dst`` per positive, ``*_neg_pairs`` shared) else drawn with ``seed``
+    (``task.eval_negatives`` per positive, ``task.hits_negatives`` pairs shared by both
+    splits)."""
+    out = {}
+    with np.load(path) as split:
+        for i, name in enumerate(("val", "test")):
+            pos = split[name]
+            neg = split[f"{name}_neg_dst"] if f"{name}_neg_dst" in split.files else \
+                eval_negatives(pos, num_nodes, task.eval_negatives, seed + i)
+            hits = split[f"{name}_neg_pairs"] if f"{name}_neg_pairs" in split.files else \
+                shared_negatives(num_nodes, task.hits_negatives, seed)
+            mine = rank_share(np.arange(len(pos)), rank, world)
+            out[name] = EvalEdges(*(torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+                                    for a in (pos[mine], neg[mine], hits)))
+    return out
 
 
 def eval_negatives(pairs: np.ndarray, num_nodes: int, k: int, seed: int) -> np.ndarray:
@@ -58,23 +86,31 @@ def _score(h, decoder: nn.Module, u: torch.Tensor, v: torch.Tensor) -> torch.Ten
 
 
 @torch.no_grad()
+def split_scores(h: Any, decoder: nn.Module, edges: EvalEdges,
+                 hits_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(this rank's positives x (1 + K) scores, each row's Hits@K threshold) of one split;
+    ``h[ids]`` reads embeddings (a tensor, or a DistTensor read in bounded pieces)."""
+    pairs = edges.hits_pairs
+    hits_scores = torch.cat([_score(h, decoder, pairs[a:a + _EDGES_PER_READ, 0],
+                                    pairs[a:a + _EDGES_PER_READ, 1])
+                             for a in range(0, len(pairs), _EDGES_PER_READ)])
+    threshold = hits_threshold(hits_scores.double().numpy(), hits_k)
+    rows = [torch.cat([_score(h, decoder, edges.pos[a:b, 0], edges.pos[a:b, 1]).unsqueeze(1),
+                       _score(h, decoder, edges.pos[a:b, 0], edges.neg_dst[a:b])], 1)
+            for a, b in ((a, a + _EDGES_PER_READ)
+                         for a in range(0, len(edges.pos), _EDGES_PER_READ))]
+    scores = torch.cat(rows) if rows else torch.zeros(0, 1 + edges.neg_dst.shape[1])
+    return scores, torch.full((len(scores),), threshold, dtype=torch.float64)
+
+
+@torch.no_grad()
 def link_metrics(model: nn.Module, decoder: nn.Module, g, task: LinkPrediction,
-                 splits: dict[str, EvalEdges], shared: torch.Tensor, layerwise: bool,
-                 fanouts: list[int], batch_size: int) -> dict[str, Any]:
+                 splits: dict[str, EvalEdges], layerwise: bool, fanouts: list[int],
+                 batch_size: int) -> dict[str, Any]:
     """``<split>_mrr`` and ``<split>_hits<K>`` of every split over all ranks (collective)."""
     h = (layerwise_outputs(model, g, batch_size)[0] if layerwise
          else sampled_outputs(model, g, fanouts, batch_size)[0])
-    shared_scores = torch.cat([_score(h, decoder, shared[a:a + _EDGES_PER_READ, 0],
-                                      shared[a:a + _EDGES_PER_READ, 1])
-                               for a in range(0, len(shared), _EDGES_PER_READ)])
-    threshold = hits_threshold(shared_scores.double().numpy(), task.cfg.hits_k)
-    parts = {}
-    for name, edges in splits.items():
-        rows = [torch.cat([_score(h, decoder, edges.pos[a:b, 0], edges.pos[a:b, 1]).unsqueeze(1),
-                           _score(h, decoder, edges.pos[a:b, 0], edges.neg_dst[a:b])], 1)
-                for a, b in ((a, a + _EDGES_PER_READ)
-                             for a in range(0, len(edges.pos), _EDGES_PER_READ))]
-        scores = torch.cat(rows) if rows else torch.zeros(0, 1 + edges.neg_dst.shape[1])
-        parts[name] = (scores, torch.full((len(scores),), threshold, dtype=torch.float64))
+    parts = {name: split_scores(h, decoder, edges, task.cfg.hits_k)
+             for name, edges in splits.items()}
     dist.barrier()  # the embedding DistTensor must outlive every rank's reads
     return split_figures(task, parts)

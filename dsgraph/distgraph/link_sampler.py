@@ -11,18 +11,31 @@ reverse-edge map.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import dgl
 import numpy as np
 import torch
+from torch import nn
 
 from dsgraph.data.link_split import pair_keys
 
 
+Frontier = Callable[[Any, torch.Tensor, int], dgl.DGLGraph]
+
+
 class PairExcludingSampler(dgl.dataloading.NeighborSampler):
     """DGL's ``NeighborSampler`` (uniform, ``fanouts`` per layer) whose frontiers lose every
-    edge joining a pair of ``exclude`` (either direction)."""
+    edge joining a pair of ``exclude`` (either direction).
+
+    ``frontier(g, seeds, fanout)`` draws one layer's frontier: DGL's distributed
+    ``sample_neighbors`` by default; :func:`dsgraph.distgraph.local_sampler.local_frontier`
+    samples what the trainer's partition stores in full without RPC
+    (``sampled.local_sampling``)."""
+
+    def __init__(self, fanouts: list[int], frontier: Optional[Frontier] = None) -> None:
+        super().__init__(fanouts)
+        self.frontier = frontier or (lambda g, seeds, fanout: g.sample_neighbors(seeds, fanout))
 
     def sample_pairs(self, g, seed_nodes: torch.Tensor, exclude: Optional[torch.Tensor]
                      ) -> tuple[torch.Tensor, torch.Tensor, list]:
@@ -31,7 +44,7 @@ class PairExcludingSampler(dgl.dataloading.NeighborSampler):
             exclude[:, 0].numpy(), exclude[:, 1].numpy(), g.num_nodes()))
         output_nodes, blocks = seed_nodes, []
         for fanout in reversed(self.fanouts):
-            frontier = g.sample_neighbors(seed_nodes, fanout)
+            frontier = self.frontier(g, seed_nodes, fanout)
             if keys is not None:
                 src, dst = (t.numpy() for t in frontier.edges())
                 drop = np.flatnonzero(np.isin(pair_keys(src, dst, g.num_nodes()), keys))
@@ -44,36 +57,47 @@ class PairExcludingSampler(dgl.dataloading.NeighborSampler):
 
 
 class EdgeBatch:
-    """One mini-batch: ``seeds`` (the endpoints, unique), the positive and negative pairs as
-    rows of ``seeds`` (``pos``, ``neg``: (edges, 2)), the sampled ``blocks`` and
-    ``input_nodes``."""
+    """One mini-batch: ``seeds`` (the endpoints, unique), the positive pairs as rows of
+    ``seeds`` (``pos``: (P, 2)), the negatives' destination rows (``neg_dst``: (P, K) with
+    ``uniform``, (K,) shared with ``joint``, None with ``in_batch``: the other positives'
+    destinations), the sampled ``blocks`` and ``input_nodes``."""
 
     def __init__(self, input_nodes: torch.Tensor, seeds: torch.Tensor, pos: torch.Tensor,
-                 neg: torch.Tensor, blocks: list) -> None:
-        self.input_nodes, self.seeds, self.pos, self.neg, self.blocks = (
-            input_nodes, seeds, pos, neg, blocks)
+                 neg_dst: Optional[torch.Tensor], blocks: list) -> None:
+        self.input_nodes, self.seeds, self.pos, self.neg_dst, self.blocks = (
+            input_nodes, seeds, pos, neg_dst, blocks)
 
-    def labels(self) -> torch.Tensor:
-        """1 for each positive, 0 for each negative, in the order of :meth:`pairs`."""
-        return torch.cat([torch.ones(len(self.pos)), torch.zeros(len(self.neg))])
-
-    def pairs(self) -> torch.Tensor:
-        """Positives then negatives, as rows of the seeds' outputs."""
-        return torch.cat([self.pos, self.neg])
+    def scores(self, h: torch.Tensor, decoder: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """The positives' scores (P,) and each positive's negative scores (P, K) from the seeds'
+        embeddings ``h``: the positive's source against every negative destination."""
+        hu, hv = h[self.pos[:, 0]], h[self.pos[:, 1]]
+        pos = decoder(hu, hv)
+        if self.neg_dst is None:  # in-batch: every other positive's destination
+            every = decoder.pairwise(hu, hv)
+            off_diagonal = ~torch.eye(len(hu), dtype=torch.bool)
+            return pos, every[off_diagonal].reshape(len(hu), len(hu) - 1)
+        if self.neg_dst.dim() == 1:  # joint: one shared set
+            return pos, decoder.pairwise(hu, h[self.neg_dst])
+        hn = h[self.neg_dst.reshape(-1)].reshape(*self.neg_dst.shape, -1)
+        return pos, decoder(hu.unsqueeze(1).expand_as(hn), hn)
 
 
 def edge_batch(g, sampler: PairExcludingSampler, eids: torch.Tensor, negatives: int,
-               generator: torch.Generator) -> EdgeBatch:
-    """The batch of training edges ``eids``: ``negatives`` per edge with the edge's source and a
-    uniform destination (DGL's ``negative_sampler.Uniform`` rule, drawn from ``generator``);
-    the positives' pairs excluded from the sampled neighbourhoods."""
+               generator: torch.Generator, kind: str = "uniform") -> EdgeBatch:
+    """The batch of training edges ``eids`` with its negatives (``task.negative_sampler``
+    ``kind``): ``uniform``, ``negatives`` uniform destinations per edge with the edge's source
+    (DGL's ``negative_sampler.Uniform`` rule); ``joint``, ``negatives`` uniform destinations
+    shared by the batch (GraphStorm's joint sampler); ``in_batch``, the batch's other
+    destinations (no node added). Draws come from ``generator``; the positives' pairs are
+    excluded from the sampled neighbourhoods."""
     src, dst = g.find_edges(eids)
-    neg_src = src.repeat_interleave(negatives)
-    neg_dst = torch.randint(0, g.num_nodes(), (neg_src.numel(),), generator=generator)
-    ends = torch.cat([src, dst, neg_src, neg_dst])
-    seeds, rows = torch.unique(ends, return_inverse=True)
-    m, k = src.numel(), neg_src.numel()
+    m = src.numel()
+    count = 0 if kind == "in_batch" else negatives * (m if kind == "uniform" else 1)
+    neg = torch.randint(0, g.num_nodes(), (count,), generator=generator)
+    seeds, rows = torch.unique(torch.cat([src, dst, neg]), return_inverse=True)
     pos = torch.stack([rows[:m], rows[m:2 * m]], 1)
-    neg = torch.stack([rows[2 * m:2 * m + k], rows[2 * m + k:]], 1)
+    neg_dst = None if kind == "in_batch" else rows[2 * m:]
+    if kind == "uniform":
+        neg_dst = neg_dst.reshape(m, negatives)
     input_nodes, _, blocks = sampler.sample_pairs(g, seeds, torch.stack([src, dst], 1))
-    return EdgeBatch(input_nodes, seeds, pos, neg, blocks)
+    return EdgeBatch(input_nodes, seeds, pos, neg_dst, blocks)

@@ -24,8 +24,11 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
 - ``part<k>/edge_feat.dgl``: empty.
 - ``link_split.npz`` (link prediction only; the JSON's ``link_split`` key names it, the integrity
   block checksums it): ``train``, ``val``, ``test``, each ``(pairs, 2)`` int64 original node ids
-  (src < dst) of the split's undirected edges; ``val`` and ``test`` pairs are in no part's graph
-  (:mod:`dsgraph.data.link_split`).
+  (src < dst) of the split's undirected edges (a directed dataset's given split, like
+  ogbl-citation2: (source, target) as given); ``val`` and ``test`` pairs are in no part's graph
+  (:mod:`dsgraph.data.link_split`). Evaluation negatives a dataset ships are stored beside them,
+  original ids: ``val_neg_dst`` / ``test_neg_dst`` ``(pairs, K)`` destinations per positive (MRR),
+  ``val_neg_pairs`` / ``test_neg_pairs`` ``(M, 2)`` shared pairs (Hits@K).
 - ``partition_stats.json``: :func:`partition_stats` plus per-part counts, ``train_balance``,
   ``wall_s``, ``peak_rss_mb`` and whatever the caller passed (``python -m partition`` adds
   ``source``, the config that produced the files).

@@ -20,6 +20,11 @@ class DotDecoder(nn.Module):
         """One score per row pair."""
         return (hu * hv).sum(-1)
 
+    def pairwise(self, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
+        """(len(hu), len(hv)) scores of every ``hu`` row against every ``hv`` row (one matrix
+        product, not len(hu) * len(hv) rows of products)."""
+        return hu @ hv.T
+
 
 class DistMultDecoder(nn.Module):
     """score(u, v) = h_u . diag(r) . h_v with one learned relation vector r (DistMult)."""
@@ -31,6 +36,10 @@ class DistMultDecoder(nn.Module):
     def forward(self, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
         """One score per row pair."""
         return (hu * self.relation.to(hu.dtype) * hv).sum(-1)
+
+    def pairwise(self, hu: torch.Tensor, hv: torch.Tensor) -> torch.Tensor:
+        """(len(hu), len(hv)) scores of every ``hu`` row against every ``hv`` row."""
+        return (hu * self.relation.to(hu.dtype)) @ hv.T
 
 
 def make_decoder(name: str, width: int) -> nn.Module:
@@ -82,6 +91,26 @@ class LinkPrediction(Task):
              reduction: str = "mean") -> torch.Tensor:
         """Binary cross-entropy of edge logits against 0/1 (positive / negative edge)."""
         return F.binary_cross_entropy_with_logits(out, target.to(out.dtype), reduction=reduction)
+
+    def edge_loss(self, pos: torch.Tensor, neg: torch.Tensor,
+                  reduction: str = "mean") -> torch.Tensor:
+        """``task.loss`` of positive scores ``pos`` (P,) against each one's negatives ``neg``
+        (P, K). ``bce``: binary cross-entropy over all P * (1 + K) pairs; ``contrastive``
+        (InfoNCE): cross-entropy of each positive among its 1 + K scores. ``mean`` averages
+        over the pairs (``bce``) or positives (``contrastive``), ``sum`` adds them up: the
+        strategy divides by :meth:`loss_count` summed over ranks."""
+        if self.cfg.loss == "contrastive":
+            rows = torch.cat([pos.unsqueeze(1), neg], 1)
+            first = torch.zeros(len(rows), dtype=torch.long, device=rows.device)
+            return F.cross_entropy(rows, first, reduction=reduction)
+        scores = torch.cat([pos, neg.reshape(-1)])
+        labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg.reshape(-1))])
+        return F.binary_cross_entropy_with_logits(scores, labels, reduction=reduction)
+
+    def loss_count(self, positives: int, negatives_each: int) -> int:
+        """The terms :meth:`edge_loss` adds up for ``positives`` edges with ``negatives_each``
+        negatives each (what ``mean`` divides by)."""
+        return positives if self.cfg.loss == "contrastive" else positives * (1 + negatives_each)
 
     def metric_sums(self, out: Any, target: Any) -> list[float]:
         """Edges, their reciprocal ranks and their hits."""

@@ -1,5 +1,6 @@
 """A DistGraph (DGL's standalone mode, one partition) on which stock neighbour sampling and
-:class:`~dsgraph.distgraph.link_sampler.PairExcludingSampler` are asked to leave out a batch's
+:class:`~dsgraph.distgraph.link_sampler.PairExcludingSampler` (over RPC, and over the local
+partition as with ``sampled.local_sampling``) are asked to leave out a batch's
 edges; prints how many of them (either direction) each one's blocks still hold.
 
 ``python -m tests.dist.link_exclusion_case FOLDER``; run in a process of its own (DGL's
@@ -18,6 +19,7 @@ from dsgraph.config import DatasetConfig  # noqa: E402
 from dsgraph.data.link_split import pair_keys  # noqa: E402
 from dsgraph.data.synthetic import generate  # noqa: E402
 from dsgraph.distgraph.link_sampler import PairExcludingSampler  # noqa: E402
+from dsgraph.distgraph.local_sampler import LocalIndex, local_frontier  # noqa: E402
 from dsgraph.partition import partition_graph  # noqa: E402
 
 
@@ -46,8 +48,14 @@ def main(out: str) -> None:
     banned = set(pair_keys(src.numpy(), dst.numpy(), dg.num_nodes()).tolist())
     seeds = torch.unique(torch.cat([src, dst]))
     stock = dgl.dataloading.NeighborSampler([50, 50]).sample_blocks(dg, seeds, exclude_eids=eids)
-    ours = PairExcludingSampler([50, 50]).sample_pairs(dg, seeds, torch.stack([src, dst], 1))
-    print(f"stock {kept(dg, stock[2], banned)} ours {kept(dg, ours[2], banned)}", flush=True)
+    pairs = torch.stack([src, dst], 1)
+    ours = PairExcludingSampler([50, 50]).sample_pairs(dg, seeds, pairs)
+    index = LocalIndex.build(dg)  # sampled_link's sampler with sampled.local_sampling
+    local = PairExcludingSampler([50, 50], lambda g, s, f: local_frontier(g, index, s, f))
+    sampled = local.sample_pairs(dg, seeds, pairs)[2]
+    edges = sum(b.num_edges() for b in sampled)
+    print(f"stock {kept(dg, stock[2], banned)} ours {kept(dg, ours[2], banned)} "
+          f"local {kept(dg, sampled, banned)} sampled {edges}", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,19 @@ sampled: {{fanouts: [10, 10], batch_size: 256, eval_batch_size: 1024}}
     return cfg
 
 
+@pytest.fixture(scope="module")
+def mlp(config, tmp_path_factory) -> dict:
+    """The feature-only baseline's summary (same graph, decoder and training)."""
+    run = tmp_path_factory.mktemp("mlp") / "run"
+    jobs.train(config, run, "task.decoder=distmult", "model.name=mlp")
+    return jobs.summary(run)
+
+
 @pytest.mark.timeout(400)
-def test_link_prediction_trains_and_beats_the_mlp(config, tmp_path):
-    gnn, mlp = tmp_path / "gcn", tmp_path / "mlp"
+def test_link_prediction_trains_and_beats_the_mlp(config, mlp, tmp_path):
+    gnn = tmp_path / "gcn"
     # distmult: its learned relation vector must train and reach the checkpoint (DDP, Adam)
     jobs.train(config, gnn, "task.decoder=distmult")
-    jobs.train(config, mlp, "task.decoder=distmult", "model.name=mlp")
     records, summary = jobs.epochs(gnn), jobs.summary(gnn)
     assert len(records) == 3 and records[-1]["loss"] < records[0]["loss"], records
     for split in ("val", "test"):
@@ -56,7 +63,7 @@ def test_link_prediction_trains_and_beats_the_mlp(config, tmp_path):
     assert summary["best_epoch"] == int(np.argmax(values)) + 1  # highest validation MRR
     relation = checkpoint.read(gnn / "best.pt")["model"]["link_decoder.relation"]
     assert relation.shape == (32,) and not torch.allclose(relation, torch.ones(32))
-    baseline = jobs.summary(mlp)
+    baseline = mlp
     print(f"gcn: val_mrr {summary['val_mrr']:.4f} test_mrr {summary['test_mrr']:.4f} "
           f"test_hits20 {summary['test_hits20']:.4f}; mlp: val_mrr {baseline['val_mrr']:.4f} "
           f"test_mrr {baseline['test_mrr']:.4f} test_hits20 {baseline['test_hits20']:.4f}")
@@ -86,6 +93,20 @@ def test_link_prediction_trains_and_beats_the_mlp(config, tmp_path):
     assert bad.returncode == 2 and "--pairs" in bad.stderr and "file not found" in bad.stderr
 
 
+@pytest.mark.timeout(300)
+def test_every_training_option_composes(config, mlp, tmp_path):
+    # in-batch negatives, the contrastive loss, local sampling, rematerialized first layer and
+    # INT2-compressed activations at once: it still trains and beats the feature-only model
+    run = tmp_path / "run"
+    jobs.train(config, run, "task.decoder=distmult", "task.negative_sampler=in_batch",
+               "task.loss=contrastive", "sampled.local_sampling=true",
+               "sampled.rematerialize=true", "compression.enabled=true")
+    records, summary = jobs.epochs(run), jobs.summary(run)
+    assert records[-1]["loss"] < records[0]["loss"], records
+    print(f"all options: test_mrr {summary['test_mrr']:.4f}; mlp {mlp['test_mrr']:.4f}")
+    assert summary["test_mrr"] > mlp["test_mrr"] + MARGIN, (summary, mlp)
+
+
 def test_link_partitions_refuse_other_edge_splits(config, tmp_path):
     res = jobs.cli("train", "--config", str(config), "--out", str(tmp_path / "r"),
                    "--set", "task.edge_split=[0.7, 0.1, 0.2]")
@@ -100,5 +121,5 @@ def test_batch_edges_are_left_out_of_distgraph_neighbourhoods(tmp_path):
     res = subprocess.run([sys.executable, "-m", "tests.dist.link_exclusion_case", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
-    stock, ours = (int(x) for x in res.stdout.split()[-3::2])
-    assert stock > 0 and ours == 0, res.stdout
+    stock, ours, local, sampled = (int(x) for x in res.stdout.split()[-7::2])
+    assert stock > 0 and ours == 0 and local == 0 and sampled > 0, res.stdout
