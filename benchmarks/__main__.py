@@ -9,7 +9,7 @@ import os
 
 from dsgraph.errors import UserError, cli_main
 
-BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn",
+BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn", "tasks",
               "reliability")
 
 

@@ -37,3 +37,14 @@ def train_job(cfg: Config, out: Path, hooks: Sequence[str] = (),
     with environ(dict(env or {})):
         summary = launch(cfg, run, False, [a for h in hooks for a in ("--hook", h)])
     return Job(run.path, summary, read_records(run.path))
+
+
+def host_sets(folder: Path, hosts: tuple[list[str], list[str]], port: int) -> list[str]:
+    """Config overrides that run machine m's processes in emulated host m (``hosts``: the
+    namespace names and addresses of :func:`dsgraph.cluster.netns.emulated_hosts`) with its own
+    /dev/shm, the servers on ``port`` (an ip_config file written into ``folder``)."""
+    names, ips = hosts
+    ip_config = folder / f"ip_config_{port}.txt"
+    ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
+    return [f"cluster.ip_config={ip_config}", f"cluster.netns=[{', '.join(names)}]",
+            "cluster.netns_shm=true"]

@@ -7,10 +7,11 @@ the batch, or the batch's other destinations) and samples its endpoints' neighbo
 without the batch's own edges (either direction, :mod:`dsgraph.distgraph.link_sampler`; over
 RPC or, with ``sampled.local_sampling``, in the trainer's partition where it stores them).
 ``task.loss`` scores each positive against its negatives (BCE or InfoNCE);
-``sampled.rematerialize`` and ``compression`` apply to the node model as in node tasks. The node model's output is the embedding; the decoder
-(``task.decoder``) is a submodule of the model (``link_decoder``), so DDP, Adam and checkpoints
-carry it. Evaluation ranks the held-out edges of ``link_split.npz`` from exact layer-wise
-embeddings (:mod:`dsgraph.distgraph.link_evaluate`).
+``sampled.rematerialize`` and ``compression`` apply to the node model as in node tasks. The
+node model's output is the embedding; the decoder (``task.decoder``) is a submodule of the
+model (``link_decoder``), so DDP, Adam and checkpoints carry it. Evaluation ranks the held-out
+edges of ``link_split.npz`` from exact layer-wise embeddings
+(:mod:`dsgraph.distgraph.link_evaluate`).
 """
 from __future__ import annotations
 

@@ -36,15 +36,6 @@ def _partitions(base: list[str], tmp: Path) -> None:
                                     num_trainers_per_machine=1, part_method="metis")
 
 
-def _hosts_sets(tmp: Path, hosts: tuple[list[str], list[str]], port: int) -> list[str]:
-    """Overrides that put machine m's processes in namespace m with its own /dev/shm."""
-    names, ips = hosts
-    ip_config = tmp / f"ip_config_{port}.txt"
-    ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
-    return [f"cluster.ip_config={ip_config}", f"cluster.netns=[{', '.join(names)}]",
-            "cluster.netns_shm=true"]
-
-
 def _stock_args(cfg) -> list[str]:
     """The stock trainer's command line for the settings of ``cfg``."""
     m, s, t = cfg.model.args, cfg.sampled, cfg.train
@@ -138,7 +129,7 @@ def run(quick: bool) -> Path:
                 host_sets: list[str] = []
                 if s.link in hosts:
                     port += 1  # a fresh server port per job: no TIME_WAIT clash
-                    host_sets = _hosts_sets(tmp, hosts[s.link], port)
+                    host_sets = jobs.host_sets(tmp, hosts[s.link], port)
                 runs[s.name].append(_run(s, base, tmp, f"run{i}-{r}", host_sets))
                 print(f"  [{r + 1}/{repeats}] {s.name}: "
                       f"{runs[s.name][-1]['samples_per_s']:,.0f} seeds/s", flush=True)

@@ -73,9 +73,12 @@ class EdgeBatch:
         hu, hv = h[self.pos[:, 0]], h[self.pos[:, 1]]
         pos = decoder(hu, hv)
         if self.neg_dst is None:  # in-batch: every other positive's destination
-            every = decoder.pairwise(hu, hv)
-            off_diagonal = ~torch.eye(len(hu), dtype=torch.bool)
-            return pos, every[off_diagonal].reshape(len(hu), len(hu) - 1)
+            n = len(hu)
+            # the off-diagonal entries by slicing, not a boolean mask: its backward is a copy
+            # instead of an n * n scatter
+            every = decoder.pairwise(hu, hv).flatten()[1:]
+            return pos, every.reshape(n - 1, n + 1)[:, :-1].reshape(n, n - 1) if n > 1 \
+                else every.reshape(n, 0)
         if self.neg_dst.dim() == 1:  # joint: one shared set
             return pos, decoder.pairwise(hu, h[self.neg_dst])
         hn = h[self.neg_dst.reshape(-1)].reshape(*self.neg_dst.shape, -1)
