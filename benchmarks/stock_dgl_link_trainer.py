@@ -4,7 +4,8 @@ link-prediction trainer (train/sampled_link.py).
 It follows the logic of DGL 2.1's distributed unsupervised GraphSAGE example
 (examples/pytorch/graphsage/dist/train_dist_unsupervised.py at dmlc/dgl v2.1.0; DGL 2.1 has no
 other distributed link-prediction example) and contains no dsgraph code: it imports only the
-standard library, torch, numpy and dgl. Launched as ``python -m benchmarks.stock_dgl_link_trainer
+standard library, torch, numpy, dgl and what the stock peers share
+(``benchmarks.stock_dgl_common``). Launched as ``python -m benchmarks.stock_dgl_link_trainer
 --run-dir RUN --eval-edges EVAL.npz ...`` through ``dsgraph.cluster.dgl_job.run_dgl_job(...,
 stock=True)``.
 
@@ -32,9 +33,6 @@ OGB); Hits@K counts a positive strictly above the K-th best shared negative pair
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -45,78 +43,30 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from dgl.dataloading import DistEdgeDataLoader, DistNodeDataLoader
+from dgl.dataloading import DistEdgeDataLoader
 from torch import nn
 
+from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce,
+                                         append_metrics, connect, disconnect,
+                                         layerwise_inference, write_json_atomic)
+
 _ROWS_PER_READ = 1024  # held-out edges scored per embedding read (bounds each RPC message)
-
-
-class StackedGNN(nn.Module):
-    """``num_layers`` SAGEConv('mean') or GraphConv('both') layers, ``in -> hidden -> ... ->
-    hidden``, ReLU and dropout between them and none after the last: dsgraph's GraphSAGE / GCN
-    with the embedding width as output width, as dsgraph's link prediction builds them."""
-
-    def __init__(self, kind: str, in_feats: int, hidden: int, num_layers: int,
-                 dropout: float) -> None:
-        super().__init__()
-        sizes = [in_feats] + [hidden] * num_layers
-        self.widths = sizes[1:]
-
-        def layer(i: int, o: int) -> nn.Module:
-            if kind == "gcn":
-                return dgl.nn.GraphConv(i, o, norm="both", allow_zero_in_degree=True)
-            return dgl.nn.SAGEConv(i, o, "mean")
-
-        self.layers = nn.ModuleList(layer(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
-        self.dropout = nn.Dropout(dropout)
-
-    def forward_layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
-        """Layer ``i`` on one block, with activation and dropout unless it is the last."""
-        h = self.layers[i](block, h)
-        if i < len(self.layers) - 1:
-            h = self.dropout(torch.relu(h))
-        return h
-
-    def forward(self, blocks: list, x: torch.Tensor) -> torch.Tensor:
-        """All layers, one sampled block each."""
-        h = x
-        for i, block in enumerate(blocks):
-            h = self.forward_layer(i, block, h)
-        return h
 
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-dir", required=True, help="folder for stock_metrics.jsonl / summary")
+    add_common_args(p)
     p.add_argument("--eval-edges", required=True,
                    help=".npz: val_pos, val_neg_dst, test_pos, test_neg_dst, hits_neg")
-    p.add_argument("--graph-name", default=None, help="default: graph_name of the partition JSON")
     p.add_argument("--model", choices=("sage", "gcn"), default="sage")
-    p.add_argument("--fanouts", default="10,25", help="comma list, one per layer")
     p.add_argument("--batch-size", type=int, default=1024, help="training edges per batch")
     p.add_argument("--negatives", type=int, default=1, help="uniform negatives per edge")
     p.add_argument("--remove-edge", action="store_true",
                    help="ask for exclude='reverse_id' as the example's --remove_edge does "
                         "(a no-op on DGL 2.1's DistGraph, see the module docstring)")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--hidden", type=int, default=128, help="hidden and embedding width")
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-batch-size", type=int, default=4096)
     p.add_argument("--hits-k", type=int, default=50)
-    p.add_argument("--gloo-ifname", default=None,
-                   help="network interface for gloo (GLOO_SOCKET_IFNAME)")
     return p.parse_args()
-
-
-def all_reduce(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
-    """``values`` reduced elementwise over all trainers (float64)."""
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, op=op)
-    return t.tolist()
 
 
 def pair_scores(h: torch.Tensor, pair_graph: Any) -> torch.Tensor:
@@ -149,28 +99,6 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: Any, loader: An
     tot = all_reduce([loss_sum, edges, batches])
     return {"loss": tot[0] / max(tot[1], 1.0), "edges_per_s": tot[1] / loop_s,
             "epoch_s": loop_s, "edges": int(tot[1]), "batches": int(tot[2])}
-
-
-@torch.no_grad()
-def layerwise_inference(model: StackedGNN, g: Any, batch_size: int) -> Any:
-    """Exact embedding of every node (a DistTensor): each layer over all neighbours, every
-    trainer computing its share of the nodes. Collective: every trainer calls it."""
-    model.eval()
-    nodes = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool),
-                                       g.get_partition_book(), force_even=True)
-    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(1)
-    x = g.ndata["feat"]
-    for i, width in enumerate(model.widths):
-        # Anonymous DistTensors are named by creation order, the same on every trainer;
-        # creating and deleting one (on rebinding ``x``) happen in step on every trainer.
-        y = dgl.distributed.DistTensor((g.num_nodes(), width), torch.float32, persistent=False)
-        loader = DistNodeDataLoader(g, nodes, sampler, batch_size=batch_size, shuffle=False,
-                                    drop_last=False)
-        for input_nodes, output_nodes, blocks in loader:
-            y[output_nodes] = model.forward_layer(i, blocks[0], x[input_nodes])
-        g.barrier()  # every share written before anyone reads this layer
-        x = y
-    return x
 
 
 def reciprocal_ranks(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -223,31 +151,16 @@ def link_metrics(h: Any, edges: dict[str, np.ndarray], hits_k: int, rank: int, w
     return out
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` via a temporary file and ``os.replace``."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def main() -> None:
     """Connect, train ``--epochs`` epochs, evaluate layer-wise, write metrics, disconnect."""
     args = parse_args()
     t_start = time.perf_counter()
-    torch.set_num_threads(1)
-    logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
-    if args.gloo_ifname:
-        os.environ["GLOO_SOCKET_IFNAME"] = args.gloo_ifname
-    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])  # before the gloo group, as DGL does
-    dist.init_process_group("gloo")
+    g, meta = connect(args)
     rank, world = dist.get_rank(), dist.get_world_size()
     run_dir = Path(args.run_dir)
     with np.load(args.eval_edges) as f:
         edges = {k: f[k].astype(np.int64) for k in
                  ("val_pos", "val_neg_dst", "test_pos", "test_neg_dst", "hits_neg")}
-    meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
-    g = dgl.distributed.DistGraph(args.graph_name or meta["graph_name"],
-                                  part_config=os.environ["DGL_CONF_PATH"])
     pb = g.get_partition_book()
     train_eids = dgl.distributed.edge_split(torch.ones(g.num_edges(), dtype=torch.bool), pb,
                                             force_even=True)
@@ -259,8 +172,8 @@ def main() -> None:
         batch_size=args.batch_size, shuffle=True, drop_last=False)
 
     torch.manual_seed(args.seed)
-    net = StackedGNN(args.model, g.ndata["feat"].shape[1], args.hidden, args.num_layers,
-                     args.dropout)
+    net = StackedGNN(args.model, g.ndata["feat"].shape[1], args.hidden, args.hidden,
+                     args.num_layers, args.dropout)
     model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
 
@@ -275,8 +188,7 @@ def main() -> None:
         rec = {"epoch": epoch, **train_epoch(model, opt, g, loader)}
         rates.append(rec["edges_per_s"])
         if rank == 0:
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_metrics(metrics_path, rec)
             print(f"stock epoch {epoch}: {rec['edges_per_s']:.0f} edges/s, "
                   f"loss {rec['loss']:.4f}", flush=True)
 
@@ -292,8 +204,7 @@ def main() -> None:
             "remove_edge": args.remove_edge})
         print(f"stock test_mrr {figures['test_mrr']:.4f} val_mrr {figures['val_mrr']:.4f}",
               flush=True)
-    dgl.distributed.exit_client()  # servers exit once every trainer has said goodbye
-    dist.destroy_process_group()
+    disconnect()
 
 
 if __name__ == "__main__":

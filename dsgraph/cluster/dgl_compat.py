@@ -17,6 +17,12 @@ so graph-structure and partition-book segments are per machine too. Backup serve
 (servers_per_machine > 1) map their own machine's graph. Every segment name contains the job
 token, which lets the supervisor remove exactly this job's segments.
 
+One speed fix rides along: a DGL server sleeps 3 s once every client has registered, before it
+connects back to them (``rpc_server.start_server``, "wait for clients' receivers ready"). A
+client listens right after registering, and DGL's own connect step retries a refused connection,
+so ``apply`` caps the sleeps of ``rpc_server`` at :data:`SERVER_CONNECT_WAIT_S`: every job start
+was 3 s slower for nothing (12.5 s -> 9.6 s for a small sampled job).
+
 It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
 level, which also covers spawned sampler processes (they re-import the entry module).
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from dsgraph.cluster import lifeline
@@ -33,6 +40,20 @@ ENV_TOKEN = "DSGRAPH_JOB_TOKEN"
 ENV_GRAPH = "DSGRAPH_GRAPH_NAME"
 
 _applied: dict | None = None
+SERVER_CONNECT_WAIT_S = 0.1  # see the module docstring
+
+
+class _ShortSleeps:
+    """The ``time`` module as DGL's rpc_server sees it: sleeps of at most
+    :data:`SERVER_CONNECT_WAIT_S`."""
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        """Sleep ``seconds``, at most :data:`SERVER_CONNECT_WAIT_S`."""
+        time.sleep(min(seconds, SERVER_CONNECT_WAIT_S))
 
 
 def machine_graph_name(graph_name: str, token: str, machine: int) -> str:
@@ -68,7 +89,7 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
         raise RuntimeError(f"dgl_compat already applied with {_applied}, not {state}")
     # DGL is imported here, not at module level: importing dsgraph.cluster must not load DGL.
     from dgl._ffi import ndarray as ffi_ndarray
-    from dgl.distributed import dist_graph, kvstore, rpc_client
+    from dgl.distributed import dist_graph, kvstore, rpc_client, rpc_server
 
     prefix = f"{token}m{machine}_"
 
@@ -77,6 +98,7 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
 
     kvstore.empty_shared_mem = empty_shared_mem
     rpc_client.get_local_machine_id = lambda server_namebook: machine
+    rpc_server.time = _ShortSleeps()
 
     if graph_name is not None:
         original = dist_graph.InitGraphRequest.process_request

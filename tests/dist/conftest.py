@@ -32,7 +32,9 @@ FAST = {
                               "test_gat_with_residual_and_activation",
                               "test_composes_with_int2_compression",
                               "test_unsupported_first_layer_is_one_line"},
-    "test_stock_trainer.py": {"test_stock_trainer_imports_no_dsgraph_code"},
+    "test_stock_link_trainer.py": {"test_stock_trainers_import_no_dsgraph_code",
+                                   "test_stock_link_metrics_equal_dsgraphs",
+                                   "test_stock_link_inputs_refuse_what_the_stock_trainer_cannot_run"},
     # one end-to-end test per train mode (`python -m train`; the sar and dsmpnn ones resume)
     "test_sampled.py": {"test_plug_in_model_from_user_module"},
     "test_sar_train.py": {"test_train_partition_resume_and_modes_agree"},
@@ -82,10 +84,11 @@ class Run:
 
 @pytest.fixture(scope="session")
 def sampled_graph(tmp_path_factory) -> Path:
-    """configs/default.yaml's graph at :data:`jobs.SMALL` size in its 2 partitions, under the
-    folder returned; tests train on it (:func:`jobs.train_default`) into run folders there."""
+    """configs/default.yaml's graph at :data:`jobs.SMALL` size in its 2 partitions with 2-hop
+    halos (:data:`jobs.SHARED`), under the folder returned; tests train on it
+    (:func:`jobs.train_default` with ``size=jobs.SHARED``) into run folders there."""
     root = tmp_path_factory.mktemp("sampled")
-    jobs.partition_default(root)
+    jobs.partition_default(root, size=jobs.SHARED)
     return root
 
 
@@ -93,7 +96,7 @@ def sampled_graph(tmp_path_factory) -> Path:
 def sampled_run(sampled_graph) -> Run:
     """configs/default.yaml (GraphSAGE, 2 trainers) trained 3 epochs on ``sampled_graph``."""
     run = Run(sampled_graph / "three_epochs", jobs.DEFAULT,
-              (*jobs.default_sets(sampled_graph), "train.epochs=3"))
+              (*jobs.default_sets(sampled_graph, jobs.SHARED), "train.epochs=3"))
     jobs.train(run.config, run.path, *run.sets)
     return run
 

@@ -231,23 +231,21 @@ if __name__ == "__main__":
     run_process_main(main, parser.parse_args().run_dir)
 
 
-TRAIN_SIZE = ("dataset.num_nodes=6000", "sampled.batch_size=256")
-HALO2 = "partition.halo_hops=2"
-
-
 @pytest.mark.timeout(300)
-def test_training_with_local_sampling_matches_default_accuracy(tmp_path):
+def test_training_with_local_sampling_matches_default_accuracy(sampled_run, tmp_path):
+    """The session's shared run (DGL's sampler, 2-hop halos, 3 epochs) against the same run with
+    the local sampler."""
     from tests.dist import jobs
 
-    jobs.partition_default(tmp_path, HALO2, size=TRAIN_SIZE)
-    runs = {name: jobs.train_default(tmp_path, name, "train.epochs=4", "train.eval_every=0",
-                                     HALO2, *sets, size=TRAIN_SIZE)
-            for name, sets in (("default", ()), ("local", ("sampled.local_sampling=true",
-                                                             "sampled.seed_split=owned")))}
-    summary = {k: json.loads((r / "metrics.json").read_text()) for k, r in runs.items()}
-    lines = {k: [json.loads(ln) for ln in (r / "metrics.jsonl").read_text().splitlines()]
-             for k, r in runs.items()}
-    # Same distribution, different draws: accuracy within 3 points (sampling noise at this size).
+    runs = {"default": sampled_run.path,
+            "local": tmp_path / "local"}
+    jobs.train(sampled_run.config, runs["local"], *sampled_run.sets,
+               "sampled.local_sampling=true", "sampled.seed_split=owned")
+    summary = {k: jobs.summary(r) for k, r in runs.items()}
+    lines = {k: jobs.epochs(r) for k, r in runs.items()}
+    assert len(lines["local"]) == len(lines["default"]) == 3
+    # Same distribution, different draws: accuracy within 3 points (sampling noise at this size;
+    # measured 0.699 local vs 0.6945 default after 3 epochs, 2026-12-03).
     assert summary["local"]["test_acc"] >= summary["default"]["test_acc"] - 0.03, summary
     assert summary["local"]["test_acc"] > 0.3, summary  # it did learn (40 classes)
     for local, default in zip(lines["local"], lines["default"]):

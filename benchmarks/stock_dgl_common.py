@@ -1,0 +1,135 @@
+"""What the stock DistDGL peers (``stock_dgl_trainer``: node classification,
+``stock_dgl_link_trainer``: link prediction) share, written as DGL's distributed examples do it.
+
+Like the trainers it imports only the standard library, torch and dgl (no dsgraph code; the
+tests check the imports of all three): the model stack, the connection, the collectives, the
+exact layer-wise inference and the summary file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import dgl
+import torch
+import torch.distributed as dist
+from dgl.dataloading import DistNodeDataLoader
+from torch import nn
+
+
+class StackedGNN(nn.Module):
+    """``num_layers`` SAGEConv('mean') (``sage``) or GraphConv('both') (``gcn``) layers,
+    ``in -> hidden -> ... -> out``, ReLU and dropout between them and none after the last: the
+    architecture of dsgraph's ``models.gnn.GraphSAGE`` / ``GCN``."""
+
+    def __init__(self, kind: str, in_feats: int, hidden: int, out_feats: int, num_layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        sizes = [in_feats] + [hidden] * (num_layers - 1) + [out_feats]
+        self.widths = sizes[1:]
+
+        def layer(i: int, o: int) -> nn.Module:
+            if kind == "gcn":
+                return dgl.nn.GraphConv(i, o, norm="both", allow_zero_in_degree=True)
+            return dgl.nn.SAGEConv(i, o, "mean")
+
+        self.layers = nn.ModuleList(layer(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward_layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` on one block, with activation and dropout unless it is the last."""
+        h = self.layers[i](block, h)
+        if i < len(self.layers) - 1:
+            h = self.dropout(torch.relu(h))
+        return h
+
+    def forward(self, blocks: list, x: torch.Tensor) -> torch.Tensor:
+        """All layers, one sampled block each."""
+        h = x
+        for i, block in enumerate(blocks):
+            h = self.forward_layer(i, block, h)
+        return h
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """The options every stock trainer takes."""
+    p.add_argument("--run-dir", required=True, help="folder for stock_metrics.jsonl / summary")
+    p.add_argument("--graph-name", default=None, help="default: graph_name of the partition JSON")
+    p.add_argument("--fanouts", default="10,25", help="comma list, one per layer")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-batch-size", type=int, default=4096)
+    p.add_argument("--gloo-ifname", default=None,
+                   help="network interface for gloo (GLOO_SOCKET_IFNAME), as a user exports it "
+                        "on hosts whose hostname does not resolve to the cluster network")
+
+
+def connect(args: argparse.Namespace) -> tuple[Any, dict]:
+    """Join the DistGraph servers and the gloo group (in that order, as DGL does); the
+    DistGraph and its partition JSON."""
+    torch.set_num_threads(1)
+    logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
+    if args.gloo_ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = args.gloo_ifname
+    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
+    dist.init_process_group("gloo")
+    meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
+    g = dgl.distributed.DistGraph(args.graph_name or meta["graph_name"],
+                                  part_config=os.environ["DGL_CONF_PATH"])
+    return g, meta
+
+
+def disconnect() -> None:
+    """Say goodbye to the servers (they exit once every trainer has) and leave the group."""
+    dgl.distributed.exit_client()
+    dist.destroy_process_group()
+
+
+def all_reduce(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> list[float]:
+    """``values`` reduced elementwise over all trainers (float64)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+@torch.no_grad()
+def layerwise_inference(model: StackedGNN, g: Any, batch_size: int) -> Any:
+    """Exact outputs of every node (a DistTensor): each layer over all neighbours, every trainer
+    computing its share of the nodes. Collective: every trainer calls it."""
+    model.eval()
+    nodes = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool),
+                                       g.get_partition_book(), force_even=True)
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(1)
+    x = g.ndata["feat"]
+    for i, width in enumerate(model.widths):
+        # Anonymous tensors are named by creation order, the same on every trainer. Creating and
+        # deleting one (on rebinding ``x``) are collective: every trainer does both in step.
+        y = dgl.distributed.DistTensor((g.num_nodes(), width), torch.float32, persistent=False)
+        loader = DistNodeDataLoader(g, nodes, sampler, batch_size=batch_size, shuffle=False,
+                                    drop_last=False)
+        for input_nodes, output_nodes, blocks in loader:
+            y[output_nodes] = model.forward_layer(i, blocks[0], x[input_nodes])
+        g.barrier()  # every share written before anyone reads this layer
+        x = y
+    return x
+
+
+def append_metrics(path: Path, record: dict[str, Any]) -> None:
+    """One epoch's line of ``stock_metrics.jsonl``."""
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` via a temporary file and ``os.replace``."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
