@@ -160,9 +160,9 @@ def test_eval_negatives_fixed_and_shared_over_ranks():
 def test_sampler_leaves_out_the_batch_edges_both_ways(graph):
     g = dgl.graph(graph.edges(), num_nodes=graph.num_nodes())
     eids = torch.arange(0, 200)
-    batch = edge_batch(g, PairExcludingSampler([50, 50]), eids, 3,
-                       torch.Generator().manual_seed(0))
     src, dst = g.find_edges(eids)
+    batch = edge_batch(g, PairExcludingSampler([50, 50]), src, dst, 3,
+                       torch.Generator().manual_seed(0))
     banned = set(pair_keys(src.numpy(), dst.numpy(), g.num_nodes()).tolist())
     sampled = 0
     for block in batch.blocks:
@@ -189,9 +189,9 @@ def test_sampler_leaves_out_the_batch_edges_both_ways(graph):
 def test_batch_scores_pair_each_source_with_its_negatives(graph, kind, k, shape, decoder):
     g = dgl.graph(graph.edges(), num_nodes=graph.num_nodes())
     eids = torch.arange(100, 140)
-    batch = edge_batch(g, PairExcludingSampler([5]), eids, k, torch.Generator().manual_seed(1),
-                       kind)
     src, dst = g.find_edges(eids)
+    batch = edge_batch(g, PairExcludingSampler([5]), src, dst, k,
+                       torch.Generator().manual_seed(1), kind)
     h = torch.randn(len(batch.seeds), 6, dtype=torch.float64)
     dec = make_decoder(decoder, 6).double()
     if decoder == "distmult":

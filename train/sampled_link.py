@@ -62,8 +62,10 @@ class LinkSampledStrategy(SampledStrategy):
             raise DataError(f"{conf}: no link_split (held-out edges): the partitions were not "
                             f"made for link prediction; partition with task.name: "
                             f"link_prediction")
-        self.train_eids = dgl.distributed.edge_split(
+        train_eids = dgl.distributed.edge_split(
             torch.ones(g.num_edges(), dtype=torch.bool), self.pb, force_even=True)
+        # the endpoints once, not one find_edges request per batch
+        self.train_src, self.train_dst = g.find_edges(train_eids)
         width = embedding_width(self.cfg.model.args)
         self.task.bind(width)
         model = trainer.build_model(g.ndata["feat"].shape[1], self.task.head_width(width))
@@ -80,7 +82,7 @@ class LinkSampledStrategy(SampledStrategy):
         self.counter = SampleCounter(g, index)
         self.ahead = Prefetcher(0 if s.rematerialize else s.prefetch)  # see SampledStrategy
         self.eval_edges = self._eval_edges(conf.parent / meta["link_split"], trainer)
-        self.steps_per_epoch = (self.train_eids.numel() + s.batch_size - 1) // s.batch_size
+        self.steps_per_epoch = (self.train_src.numel() + s.batch_size - 1) // s.batch_size
         return model
 
     def _eval_edges(self, path: Path, trainer: Trainer) -> dict[str, EvalEdges]:
@@ -99,8 +101,8 @@ class LinkSampledStrategy(SampledStrategy):
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One pass over this trainer's training edges in a fresh order."""
         seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
-        order = self.train_eids[torch.randperm(self.train_eids.numel(),
-                                               generator=torch.Generator().manual_seed(seed))]
+        order = torch.randperm(self.train_src.numel(),
+                               generator=torch.Generator().manual_seed(seed))
         bs, t = self.cfg.sampled.batch_size, self.cfg.task
         decoder = trainer.model.link_decoder
 
@@ -108,8 +110,10 @@ class LinkSampledStrategy(SampledStrategy):
             dgl.seed(seed)  # DGL's generator is per thread: seed the one that samples
             negatives = torch.Generator().manual_seed(seed)
             for start in range(0, order.numel(), bs):
-                batch = edge_batch(self.g, self.sampler, order[start:start + bs], t.negatives,
-                                   negatives, t.negative_sampler)
+                rows = order[start:start + bs]
+                batch = edge_batch(self.g, self.sampler, self.train_src[rows],
+                                   self.train_dst[rows], t.negatives, negatives,
+                                   t.negative_sampler)
                 self.counter.add(batch.blocks, all_local=False)
                 x, blocks = self.inputs(batch.input_nodes, None, batch.blocks)
                 yield batch, x, blocks

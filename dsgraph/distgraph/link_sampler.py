@@ -47,13 +47,20 @@ class PairExcludingSampler(dgl.dataloading.NeighborSampler):
             frontier = self.frontier(g, seed_nodes, fanout)
             if keys is not None:
                 src, dst = (t.numpy() for t in frontier.edges())
-                drop = np.flatnonzero(np.isin(pair_keys(src, dst, g.num_nodes()), keys))
+                drop = np.flatnonzero(_sorted_member(pair_keys(src, dst, g.num_nodes()), keys))
                 if drop.size:
                     frontier = dgl.remove_edges(frontier, torch.from_numpy(drop))
             block = dgl.to_block(frontier, seed_nodes)
             seed_nodes = block.srcdata[dgl.NID]
             blocks.insert(0, block)
         return seed_nodes, output_nodes, blocks
+
+
+def _sorted_member(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``np.isin(values, keys)`` for sorted unique ``keys``: a binary search per value instead
+    of sorting both arrays (the frontier's edges outnumber the batch's keys many times)."""
+    pos = np.searchsorted(keys, values).clip(max=len(keys) - 1)
+    return keys[pos] == values
 
 
 class EdgeBatch:
@@ -85,15 +92,14 @@ class EdgeBatch:
         return pos, decoder(hu.unsqueeze(1).expand_as(hn), hn)
 
 
-def edge_batch(g, sampler: PairExcludingSampler, eids: torch.Tensor, negatives: int,
-               generator: torch.Generator, kind: str = "uniform") -> EdgeBatch:
-    """The batch of training edges ``eids`` with its negatives (``task.negative_sampler``
-    ``kind``): ``uniform``, ``negatives`` uniform destinations per edge with the edge's source
+def edge_batch(g, sampler: PairExcludingSampler, src: torch.Tensor, dst: torch.Tensor,
+               negatives: int, generator: torch.Generator, kind: str = "uniform") -> EdgeBatch:
+    """The batch of training edges ``src[i] -> dst[i]`` with its negatives
+    (``task.negative_sampler`` ``kind``): ``uniform``, ``negatives`` uniform destinations per edge with the edge's source
     (DGL's ``negative_sampler.Uniform`` rule); ``joint``, ``negatives`` uniform destinations
     shared by the batch (GraphStorm's joint sampler); ``in_batch``, the batch's other
     destinations (no node added). Draws come from ``generator``; the positives' pairs are
     excluded from the sampled neighbourhoods."""
-    src, dst = g.find_edges(eids)
     m = src.numel()
     count = 0 if kind == "in_batch" else negatives * (m if kind == "uniform" else 1)
     neg = torch.randint(0, g.num_nodes(), (count,), generator=generator)
