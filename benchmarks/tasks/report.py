@@ -2,6 +2,7 @@
 and redrawing from the saved tasks.json."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -75,20 +76,20 @@ def _plot(rows: list[dict], fig: Any) -> None:
          color=["tab:gray" if r["system"] == "stock" else "tab:blue" for _, r in timed])
     for y, r in timed:
         ax1.plot([r["edges_per_s_min"], r["edges_per_s_max"]], [y, y], color="k", lw=1)
-    ax1.set_xlabel("training edges / s (median, range); grey: stock")
-    ax1.set_yticks(ys, [r["setting"] for r in rows], fontsize=7)
+    ax1.set_xlabel("training edges / s\n(median, range of repeats; grey: stock)")
+    ax1.set_yticks(ys, [textwrap.fill(r["setting"], 34) for r in rows], fontsize=7)
     for key, colour in (("mrr", "tab:green"), ("test_rocauc", "tab:olive"),
                         ("test_rmse", "tab:red")):
         scored = [(y, r) for y, r in zip(ys, rows) if r.get(key) is not None]
         if scored:
             bars(ax2, [y for y, _ in scored], [r for _, r in scored], key, KEY, horizontal=True,
                  color=colour)
-    ax2.set_xlabel("test MRR (green), ROC-AUC (olive), RMSE (red, lower is better)")
+    ax2.set_xlabel("test MRR (green), ROC-AUC (olive),\nRMSE (red, lower is better)")
     bars(ax3, ys, rows, "job_memory_mb", KEY, horizontal=True, color="tab:purple")
-    ax3.set_xlabel("job memory, MiB (peak summed PSS)")
+    ax3.set_xlabel("job memory, MiB\n(peak summed PSS)")
 
 
-VIEW = View("tasks", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(13.0, 6.0))
+VIEW = View("tasks", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(15.0, 6.5))
 
 
 def render(quick: bool = False) -> Path:
