@@ -2,11 +2,13 @@
 calls the launcher (``train.__main__.launch``), so a change of either API is adapted here."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from benchmarks.harness import environ
+from dsgraph.cluster.netns import HostsUnavailable, emulated_hosts
 from dsgraph.config import Config
 from dsgraph.metrics import read_records
 from dsgraph.runs import RunFolder
@@ -48,3 +50,16 @@ def host_sets(folder: Path, hosts: tuple[list[str], list[str]], port: int) -> li
     ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
     return [f"cluster.ip_config={ip_config}", f"cluster.netns=[{', '.join(names)}]",
             "cluster.netns_shm=true"]
+
+
+def emulated_links(stack: contextlib.ExitStack, throttle: str
+                   ) -> tuple[dict[str, tuple[list[str], list[str]]], dict[str, str]]:
+    """Two emulated hosts per link, ``veth`` and ``veth_throttled`` (to ``throttle``), held open
+    by ``stack``: (hosts by link, the reason by link for those that cannot be made)."""
+    hosts, skipped = {}, {}
+    for link, rate in (("veth", None), ("veth_throttled", throttle)):
+        try:
+            hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
+        except HostsUnavailable as exc:
+            skipped[link] = str(exc)
+    return hosts, skipped

@@ -18,7 +18,7 @@ from benchmarks.sampled.report import VIEW, stock_row
 from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, Setting, settings
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
-from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
+from dsgraph.cluster.netns import LINK
 from dsgraph.data import load_graph
 from dsgraph.partition import partition_graph
 
@@ -114,13 +114,7 @@ def run(quick: bool) -> Path:
                 "dataset.train_frac=0.5", "dataset.val_frac=0.1", "dataset.test_frac=0.2",
                 f"train.epochs={epochs}", "train.eval_every=0", "train.timeout_s=900"]
         _partitions(base, tmp)
-        hosts: dict[str, tuple[list[str], list[str]]] = {}
-        skipped: dict[str, str] = {}
-        for link, rate in (("veth", None), ("veth_throttled", THROTTLE)):
-            try:
-                hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
-            except HostsUnavailable as exc:
-                skipped[link] = str(exc)
+        hosts, skipped = jobs.emulated_links(stack, THROTTLE)
         rows_run = [s for s in settings() if s.link == "local" or s.link in hosts]
         runs: dict[str, list[dict]] = {s.name: [] for s in rows_run}
         port = 30050

@@ -19,7 +19,7 @@ from benchmarks.tasks.report import SCORES, VIEW
 from benchmarks.tasks.settings import LINK_CONFIG, THROTTLE, Setting, settings
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
-from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
+from dsgraph.cluster.netns import LINK
 from partition.__main__ import main as partition_main
 
 def _folder(tmp: Path, setting: Setting) -> Path:
@@ -120,13 +120,7 @@ def run(quick: bool) -> Path:
             contextlib.ExitStack() as stack:
         tmp = Path(tmpd)
         base = {s.config: _base(s.config, quick, tmp) for s in rows}
-        hosts: dict[str, tuple[list[str], list[str]]] = {}
-        skipped: dict[str, str] = {}
-        for link, rate in (("veth", None), ("veth_throttled", THROTTLE)):
-            try:
-                hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
-            except HostsUnavailable as exc:
-                skipped[link] = str(exc)
+        hosts, skipped = jobs.emulated_links(stack, THROTTLE)
         rows = [s for s in rows if s.link == "local" or s.link in hosts]
         stock = _partitions(rows, base, tmp)
         runs: dict[str, list[dict]] = {s.name: [] for s in rows}

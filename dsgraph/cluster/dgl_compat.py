@@ -21,7 +21,7 @@ One speed fix rides along: a DGL server sleeps 3 s once every client has registe
 connects back to them (``rpc_server.start_server``, "wait for clients' receivers ready"). A
 client listens right after registering, and DGL's own connect step retries a refused connection,
 so ``apply`` caps the sleeps of ``rpc_server`` at :data:`SERVER_CONNECT_WAIT_S`: every job start
-was 3 s slower for nothing (12.5 s -> 9.6 s for a small sampled job).
+was 3 s slower for nothing.
 
 It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
 level, which also covers spawned sampler processes (they re-import the entry module).
