@@ -109,8 +109,8 @@ def test_set_result_is_validated(tmp_path):
     (".num_parts=1", "--set .num_parts=1: expected section.key=value"),
     ("foo.x=1", f"--set foo.x=1: foo: unknown section; allowed sections: {SECTIONS}"),
     ("partition.nparts=2", "<defaults>: partition.nparts: unknown key; allowed keys: "
-                           "balance_edges, balance_train, graph_name, halo_hops, method, "
-                           "num_parts, out_dir, seed"),
+                           "balance_edges, balance_train, graph_name, halo_hops, memory_mb, "
+                           "method, num_parts, out_dir, pipeline, seed, workers"),
     ("partition.num_parts=[1", "<defaults>: partition.num_parts: expected an integer, got '[1'"),
 ])
 def test_bad_set_syntax(text, message):
@@ -125,8 +125,8 @@ def test_bad_set_syntax(text, message):
     ("partition:\n  num_parts: 0\n", "partition.num_parts: expected an integer >= 1, got 0"),
     ("foo: {}\n", f"foo: unknown section; allowed sections: {SECTIONS}"),
     ("partition:\n  nparts: 2\n", "partition.nparts: unknown key; allowed keys: balance_edges, "
-                                  "balance_train, graph_name, halo_hops, method, num_parts, "
-                                  "out_dir, seed"),
+                                  "balance_train, graph_name, halo_hops, memory_mb, method, "
+                                  "num_parts, out_dir, pipeline, seed, workers"),
     ("partition:\n  num_parts: two\n", "partition.num_parts: expected an integer, got 'two'"),
     ("partition:\n  num_parts: 2.5\n", "partition.num_parts: expected an integer, got 2.5"),
     ("partition:\n  num_parts: true\n", "partition.num_parts: expected an integer, got True"),
@@ -189,7 +189,7 @@ def test_partition_cli_config_errors_exit_2_one_line(tmp_path):
         (["--config", "bad.yaml", "--set", "partition.num_parts=2", "--set",
           "dataset.path=nowhere.npz"],
          "error: bad.yaml: dataset.path: dataset 'synthetic' does not read it (only file, csv, "
-         "ogb, fields do); remove it or set dataset.name, got 'nowhere.npz'"),
+         "ogb, chunked, fields do); remove it or set dataset.name, got 'nowhere.npz'"),
     ]
     assert bad.exists()
     for args, line in cases:
@@ -238,8 +238,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
      "dataset.name: expected one of 'darcy', 'airfoil', 'fields' for train.mode 'dsmpnn', got "
      "'synthetic'"),
     (["dataset.name=darcy"],
-     "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb' for train.mode 'sampled', "
-     "got 'darcy'"),
+     "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb', 'chunked' for train.mode "
+     "'sampled', got 'darcy'"),
     (["train.dtype=float64"],
      "train.dtype: expected 'float32' for train.mode 'sampled' (DistGraph serves float32 "
      "features), got 'float64'"),
@@ -299,7 +299,8 @@ def test_non_utf8_config_is_one_line_error(tmp_path):
     (b"1: {}\ntrain: {}\n", f"1: unknown section; allowed sections: {SECTIONS}"),
     (b"partition:\n  3: x\n  num_parts: 2\n", "partition.3: unknown key; allowed keys: "
                                               "balance_edges, balance_train, graph_name, "
-                                              "halo_hops, method, num_parts, out_dir, seed"),
+                                              "halo_hops, memory_mb, method, num_parts, "
+                                              "out_dir, pipeline, seed, workers"),
 ])
 def test_every_broken_yaml_is_one_line(tmp_path, data, message):
     p = tmp_path / "run.yaml"
@@ -328,9 +329,9 @@ def test_unreadable_config_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("sets, message", [
     (["dataset.path=g.npz"], "dataset.path: dataset 'synthetic' does not read it (only file, "
-                             "csv, ogb, fields do); remove it or set dataset.name, got 'g.npz'"),
+                             "csv, ogb, chunked, fields do); remove it or set dataset.name, got 'g.npz'"),
     (["train.mode=dsmpnn", "dataset.name=darcy", "dataset.path=/does/not/exist"],
-     "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb, fields do); remove it "
+     "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb, chunked, fields do); remove it "
      "or set dataset.name, got '/does/not/exist'"),
     (["train.mode=dsmpnn", "dataset.name=airfoil", "dataset.split=[0.5, 0.5, 0]"],
      "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb, fields do); remove "

@@ -6,7 +6,7 @@ from dsgraph.config.modes import GRAPH_DATASETS
 from dsgraph.config.sections import Config, TaskConfig, mode_sections
 from dsgraph.errors import ConfigError
 
-FILE_DATASETS = ("file", "csv", "ogb", "fields")  # the datasets that read dataset.path
+FILE_DATASETS = ("file", "csv", "ogb", "chunked", "fields")  # the datasets that read dataset.path
 # What each node task trains on (dataset.target); the Task classes declare the same
 # (Task.dataset_target; tests/test_tasks.py checks they agree). This module imports no task:
 # dsgraph.config loads without torch.
@@ -19,9 +19,12 @@ LINK_KEYS = ("edge_split", "negatives", "negative_sampler", "loss", "decoder", "
              "hits_k", "hits_negatives")
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
                "ogb": "an OGB dataset folder (holding raw/ and split/)",
+               "chunked": "a folder in DGL's chunked graph format (holding metadata.json)",
                "fields": "a field file (.npz, or .pt from torch.save)"}
 # dataset keys only some datasets read: (readers, the value meaning "not set")
-DATASET_READERS = {"path": (FILE_DATASETS, None), "split": (FILE_DATASETS, None),
+# A chunked folder is partitioned chunk by chunk: its masks are the split (nothing draws one).
+DATASET_READERS = {"path": (FILE_DATASETS, None),
+                   "split": (("file", "csv", "ogb", "fields"), None),
                    "add_reverse_edges": (("file", "csv", "ogb"), "auto"),
                    "test_path": (("fields",), None), "transfer_path": (("fields",), None),
                    "x_key": (("fields",), "x"), "y_key": (("fields",), "y"),
@@ -162,6 +165,15 @@ def check_dataset_inputs(cfg: Config) -> None:
                               f"each >= 0, train > 0, summing to <= 1, got {short_repr(fracs)}")
     if d.name == "fields":
         _check_field_split(cfg)
+    p = cfg.partition
+    if p.pipeline == "streamed" and d.name != "chunked":
+        raise ConfigError(f"{src}: partition.pipeline: 'streamed' reads a chunked graph folder "
+                          f"(dataset.name 'chunked'); expected 'auto' or 'in_memory' for dataset "
+                          f"{d.name!r}")
+    if d.name == "chunked" and p.pipeline != "in_memory" and cfg.task_name == "link_prediction":
+        raise ConfigError(f"{src}: partition.pipeline: the streamed pipeline partitions node "
+                          f"tasks only (link prediction draws its held-out edges in memory); "
+                          f"expected 'in_memory' for task 'link_prediction', got {p.pipeline!r}")
     if d.name == "synthetic" and round(d.train_frac * d.num_nodes) < 1:
         raise ConfigError(f"{src}: dataset.train_frac: {d.train_frac:g} of "
                           f"dataset.num_nodes {d.num_nodes} rounds to no training node; "

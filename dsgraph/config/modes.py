@@ -13,7 +13,7 @@ from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES,
                                    MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
 from dsgraph.errors import ConfigError
 
-GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb")
+GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
 NODE_TASKS = ("node_classification", "node_regression", "multilabel")
 # Tasks whose training examples are edges (docs/tasks.md): their own strategy per mode.

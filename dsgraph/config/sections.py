@@ -19,16 +19,18 @@ from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarC
 class DatasetConfig:
     """Which data to train on: a generated graph, a user's graph files or physics fields."""
 
-    name: Literal["synthetic", "file", "csv", "ogb", "darcy", "airfoil", "fields"] = opt(
+    name: Literal["synthetic", "file", "csv", "ogb", "chunked", "darcy", "airfoil", "fields"] = opt(
         "synthetic", "graphs (modes `sampled`, `sar`): `synthetic` (generated), `file`, `csv` "
-        "(a DGL CSV folder), `ogb` (an OGB node-property folder); physics fields (mode "
+        "(a DGL CSV folder), `ogb` (an OGB node-property folder), `chunked` (a folder in DGL's "
+        "chunked graph format, partitioned without loading it whole); physics fields (mode "
         "`dsmpnn`): `darcy`, `airfoil` (generated), `fields` (a file of input and solution "
         "fields)")
     path: Optional[str] = opt(None, "what `file`, `csv`, `ogb` and `fields` read (other datasets "
                                     "take none): a `dgl.save_graphs` file or an `.npz` (`src`, "
                                     "`dst`, `feat`, `label`, masks); a DGL CSV folder "
                                     "(`meta.yaml`); an OGB node or link folder (`raw/`, "
-                                    "`split/`); an `.npz` or `torch.save`d dict of tensors "
+                                    "`split/`); a chunked graph folder (`metadata.json`); an "
+                                    "`.npz` or `torch.save`d dict of tensors "
                                     "(`x_key`, `y_key`, `pos_key`)")
     split: Optional[list] = opt(None, "`file`/`csv`/`ogb`: `[train, val, test]` fractions of "
                                       "the labelled nodes, drawn with `seed`; when set it "
@@ -91,6 +93,15 @@ class PartitionConfig:
                                     "(then capped at 1.01x their mean)")
     balance_edges: bool = opt(True, "METIS constraint: equal degree sum per part")
     seed: int = opt(0, "METIS / random assignment seed", ge=0, cap=MAX_SEED)
+    pipeline: Literal["auto", "in_memory", "streamed"] = opt(
+        "auto", "`in_memory` loads the whole graph, features included, into one process; "
+                "`streamed` reads the structure and then the features chunk by chunk "
+                "(`dataset.name` `chunked` only); `auto`: streamed for `chunked`, else in memory")
+    memory_mb: int = opt(0, "streamed pipeline: the memory the node assignment may use, in MiB "
+                            "(METIS while the structure fits, else a coarsened METIS); 0 = this "
+                            "host's available memory", ge=0, cap=2 ** 30)
+    workers: int = opt(1, "streamed pipeline: processes that route edges and feature rows to "
+                          "the parts and write the part files", ge=1, cap=MAX_PER_HOST)
 
 
 @dataclass

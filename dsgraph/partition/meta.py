@@ -28,9 +28,12 @@ BLOCK = "dsgraph"
 BLOCK_VERSION = 1
 REDO = "re-partition (`python -m partition --force` with the run's --config and --set options)"
 PART_FILES = ("part_graph", "node_feats", "edge_feats")
-# Config keys that do not change the partition files: where they are written, where the
-# generated graph is cached (the cache is keyed by the graph's own parameters).
-IGNORED_KEYS = {"partition": ("out_dir",), "dataset": ("cache_dir",)}
+# Config keys that do not decide what the partition files hold: where they are written, where
+# the generated graph is cached (the cache is keyed by the graph's own parameters), and how the
+# partitioner ran (pipeline, memory budget, processes: partition_stats.json records which
+# assigner ran).
+IGNORED_KEYS = {"partition": ("out_dir", "pipeline", "memory_mb", "workers"),
+                "dataset": ("cache_dir",)}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 

@@ -1,0 +1,100 @@
+"""Graph datasets by name: a generated graph or a user's files, loaded whole as a DGLGraph;
+a chunked folder opened for streaming.
+
+A graph's ``label`` is what ``dataset.target`` says: class ids (int64), or float targets / 0/1
+labels (float32, nodes x columns)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import dgl
+import numpy as np
+
+from dsgraph.config import DatasetConfig
+from dsgraph.data.cache import cached, param_hash
+from dsgraph.data.csv_dataset import load_csv_dataset
+from dsgraph.data.files import load_graph_file
+from dsgraph.data.ogb import load_ogb
+from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
+from dsgraph.data.synthetic import generate
+from dsgraph.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from dsgraph.data.chunked import ChunkedGraph
+
+GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+# DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
+NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
+
+
+def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+    """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask); it may
+    carry the dataset's own edge split (:func:`dsgraph.data.link_split.given_split`). ``task``
+    (``task.name``, when known) refuses a dataset that cannot serve it."""
+    if cfg.name in ("file", "csv", "ogb"):
+        g = _load_file_dataset(cfg, task)
+    elif cfg.name == "chunked":
+        g = open_chunked_dataset(cfg).to_dgl()
+    elif cfg.name == "synthetic":
+        g = _load_synthetic(cfg)
+    else:
+        raise ConfigError(f"dataset.name: {cfg.name!r} is a physics dataset; expected "
+                          f"'synthetic', 'file', 'csv', 'ogb' or 'chunked' for graph training")
+    if not bool(g.ndata["train_mask"].any()):  # the file loaders check this with the file named
+        raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes()} nodes gives no "
+                        f"training node; raise dataset.train_frac or dataset.num_nodes")
+    return g
+
+
+def open_chunked_dataset(cfg: DatasetConfig) -> "ChunkedGraph":
+    """The chunked graph folder ``cfg.path``, checked to hold every node key training reads,
+    with labels of the kind ``cfg.target`` names (nothing is read but headers)."""
+    from dsgraph.data.chunked import open_chunked
+    graph = open_chunked(cfg.path)
+    keys = {k.name: k for k in graph.node_keys()}
+    missing = [k for k in GRAPH_KEYS if k not in keys]
+    if missing:
+        raise DataError(f"{cfg.path}: node_data has no {missing[0]!r}; expected "
+                        f"{', '.join(GRAPH_KEYS)} (python -m partition.chunk writes them)")
+    label = keys["label"]
+    floating = np.dtype(label.dtype).kind == "f"
+    if floating != (cfg.target != "class"):
+        wanted = "integer class ids" if cfg.target == "class" else "float targets"
+        raise DataError(f"{cfg.path}: node_data 'label' is {np.dtype(label.dtype).name}; "
+                        f"dataset.target {cfg.target!r} expects {wanted}")
+    return graph
+
+
+def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+    """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``
+    (node or link folder)."""
+    split = cfg.split
+    link = cfg.name == "ogb" and bool(cfg.path) and Path(cfg.path).is_dir()
+    if link and is_link_folder(Path(cfg.path)):
+        if task not in (None, "link_prediction"):
+            raise DataError(f"{cfg.path}: an OGB link-property folder (edges and an edge split, no "
+                            f"node labels); expected task.name link_prediction, got {task!r}")
+        return load_ogb_link(cfg.path, cfg.add_reverse_edges, split)
+    if cfg.name == "ogb":
+        return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
+    reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
+    if cfg.name == "csv":
+        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target)
+    return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
+
+
+def _load_synthetic(cfg: DatasetConfig) -> dgl.DGLGraph:
+    """The generated graph, cached under ``cache_dir`` by a hash of its parameters."""
+    params = {k: v for k, v in vars(cfg).items() if k not in NOT_SYNTHETIC}
+    if cfg.target == "class":  # graphs cached before targets existed keep their key
+        params = {k: v for k, v in params.items() if k not in ("target", "num_targets")}
+    path = Path(cfg.cache_dir) / f"synthetic-{param_hash(params)}.dgl"
+
+    def load(p: str):
+        g = dgl.load_graphs(p)[0][0]
+        for key in GRAPH_KEYS[2:]:  # dgl.save_graphs stores bool node data as uint8
+            g.ndata[key] = g.ndata[key].bool()
+        return g
+
+    return cached(path, lambda: generate(cfg), lambda g, p: dgl.save_graphs(p, [g]), load)
