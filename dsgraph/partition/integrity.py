@@ -49,6 +49,23 @@ def graph_fingerprint(g: DGLGraph) -> str:
     return h.hexdigest()
 
 
+def graph_fingerprint_chunks(graph: Any) -> str:
+    """:func:`graph_fingerprint` of a :class:`dsgraph.data.chunks.GraphChunks`, read chunk by
+    chunk (two passes over the edges: every src, then every dst)."""
+    import torch  # only for the dtype names the in-memory fingerprint hashes
+
+    h = hashlib.sha256(f"nodes={graph.num_nodes};edges={graph.num_edges}".encode())
+    for side in (0, 1):
+        for c in range(graph.num_edge_chunks):
+            h.update(np.ascontiguousarray(graph.read_edges(c)[side], dtype=np.int64))
+    for spec in sorted(graph.node_keys(), key=lambda k: k.name):
+        dtype = torch.from_numpy(np.empty(0, dtype=spec.dtype)).dtype
+        h.update(f";{spec.name}:{dtype}:{(graph.num_nodes, *spec.row_shape)};".encode())
+        for _start, rows in graph.iter_node_data(spec.name):
+            h.update(np.ascontiguousarray(rows).view(np.uint8))
+    return h.hexdigest()
+
+
 def config_fingerprint(source: dict | None) -> str:
     """sha256 of the canonical JSON of the config sections that made a partitioning."""
     return hashlib.sha256(canonical_json(source)).hexdigest()
