@@ -74,12 +74,24 @@ def main(argv: list[str] | None = None) -> None:
     from dsgraph.partition import partition_graph
 
     source = partition_source(cfg)
+    p = cfg.partition
+    if pipeline(cfg) == "streamed":
+        from dsgraph.data import open_chunked_dataset
+        from dsgraph.partition.streamed import partition_streamed
+        graph = open_chunked_dataset(cfg.dataset)
+        print(f"partitioning {graph} into {p.num_parts} parts with {p.method}, streamed ...",
+              flush=True)
+        try:
+            path = partition_streamed(graph, p, out, force=force, source=source)
+        except OSError as exc:
+            raise storage_error(exc, out / p.graph_name, "the partition files") from None
+        _print_done(out, path)
+        return
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset, cfg.task_name)
     link_split = None
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
         g, link_split = edge_split(g, cfg)
-    p = cfg.partition
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
     try:
         path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
@@ -88,6 +100,18 @@ def main(argv: list[str] | None = None) -> None:
                                source=source, link_split=link_split)
     except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
         raise storage_error(exc, out / p.graph_name, "the partition files") from None
+    _print_done(out, path)
+
+
+def pipeline(cfg: config_mod.Config) -> str:
+    """``partition.pipeline`` resolved: ``auto`` streams chunked folders, loads the others."""
+    if cfg.partition.pipeline != "auto":
+        return cfg.partition.pipeline
+    return "streamed" if cfg.dataset.name == "chunked" else "in_memory"
+
+
+def _print_done(out: Path, path: Path) -> None:
+    """The summary of what was written."""
     stats = read_stats(out)
     if stats is not None:
         print("\n".join(summary_lines(stats)))

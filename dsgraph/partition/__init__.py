@@ -1,5 +1,6 @@
-"""Graph partitioning: node assignment (``assign``), partition files (``format``, ``reader``),
-their integrity block (``meta``, ``integrity``)."""
+"""Graph partitioning: node assignment (``assign``; from a graph read in chunks:
+``stream_assign``), partition files (``format``, ``reader``; streamed: ``dispatch``), their
+integrity block (``meta``, ``integrity``), the streamed pipeline (``streamed``)."""
 from __future__ import annotations
 
 import importlib
@@ -9,9 +10,11 @@ from typing import Any
 # checks need neither torch nor DGL, so `python -m partition --if-missing` verifies existing
 # files in a fraction of a second instead of first spending seconds loading DGL.
 _EXPORTS = {
-    "balance_weights": "assign", "metis_assignment": "assign", "random_assignment": "assign",
+    "balance_weights": "assign", "metis_assignment": "assign", "metis_parts": "assign",
+    "random_assignment": "assign",
     "rebalance": "assign", "symmetric_csr": "assign",
-    "partition_graph": "build",
+    "partition_graph": "build", "partition_streamed": "streamed",
+    "assign_streamed": "stream_assign", "dispatch_partitions": "dispatch",
     "partition_stats": "format", "split_one_hop": "format", "write_partitions": "format",
     "partition_fingerprint": "integrity", "verify_partitions": "integrity",
     "partition_source": "meta", "read_meta": "meta",
