@@ -105,6 +105,16 @@ def timed(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> tuple[float, 
     return median(times), times
 
 
+def chosen(every: dict, datasets: Optional[list[str]]) -> dict:
+    """The entries of ``every`` that ``--datasets`` names (all of them for None); an unknown
+    name or an empty list is a UserError listing the choices."""
+    unknown = sorted(set(datasets or []) - set(every))
+    if unknown or datasets == []:
+        raise UserError(f"--datasets {','.join(datasets or [])}: expected some of "
+                        f"{', '.join(every)}")
+    return {k: v for k, v in every.items() if datasets is None or k in datasets}
+
+
 def reports_dir(quick: bool) -> Path:
     """Where a report is written (see module docstring)."""
     base = os.environ.get("DSGRAPH_REPORTS_DIR")

@@ -1,169 +1,211 @@
-"""Benchmark ``partition``: dsgraph (pymetis) vs DGL's built-in METIS ``partition_graph`` vs random.
+"""Benchmark ``partition``: the in-memory pipeline vs the streamed (chunked) one vs DGL's
+``partition_graph``, on synthetic graphs stored in DGL's chunked format.
 
-Each measurement runs in a fresh process (``python -m benchmarks.partition --measure SPEC``) that
-loads the cached synthetic graph, then partitions and writes DGL partition files:
-- ``dsgraph``: ``dsgraph.partition.partition_graph(method="metis")`` (same balance
-  constraints as DGL's: training / other nodes and their degrees; parts capped at 1.05 x mean);
-- ``dgl``: ``dgl.distributed.partition_graph(part_method="metis", balance_ntypes=train_mask,
-  balance_edges=True)``;
-- ``random``: ``dsgraph.partition.partition_graph(method="random")``.
-Wall time covers partitioning and writing (not graph loading or library imports); peak RSS is the
-process's VmHWM (graph included; ``partition_mb`` = peak minus RSS after loading). The edge cut of every method is
-recomputed the same way from what it wrote (node ranges in the JSON + the new->original id map),
-because DGL's own "edge cuts" log line is always 0.
+Each graph (avg degree 10, 128 features) is generated once, chunk by chunk, with
+``python -m partition.chunk`` into a cached folder. Each measurement runs in a fresh process
+(``python -m benchmarks.partition --measure SPEC``), which starts the partitioner as a user
+would and watches it:
+
+- ``in_memory``: ``python -m partition`` with ``partition.pipeline=in_memory`` (the whole graph,
+  features included, loaded into one process, then pymetis and the writer);
+- ``chunked``: ``python -m partition`` with the streamed pipeline (structure-only assignment
+  within ``partition.memory_mb``, then ``partition.workers`` processes dispatch the rows);
+- ``dgl``: the chunked folder loaded whole, then ``dgl.distributed.partition_graph(
+  part_method="metis", balance_ntypes=train_mask, balance_edges=True)``.
+
+Wall time: the partitioner's process from start to exit (imports and reading the input
+included: a user waits for all of it). ``peak_rss_mb``: the largest VmHWM of any of its
+processes (``RUSAGE_CHILDREN``); ``job_memory_mb``: the peak of the summed PSS of all of them
+(shared pages counted once). The edge cut of every method is recomputed the same way from what it
+wrote (node ranges in the JSON + the new->original id map) over the input's edges, read chunk by
+chunk. ``python -m benchmarks partition --datasets 1M,4M`` reruns some sizes and carries the
+others' records from the saved report.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
-from benchmarks.harness import Report, View, bars, median, render_saved
+from benchmarks.harness import (Report, View, chosen, line, load_payload, median,
+                                render_saved, reports_dir)
 
-METHODS = ("dsgraph", "dgl", "random")
+METHODS = ("in_memory", "chunked", "dgl")
 COLUMNS = ("nodes", "edges", "parts", "method", "edge_cut", "edge_cut_ratio", "node_balance",
-           "train_balance", "wall_s", "peak_rss_mb", "partition_mb", "cut_vs_dgl", "time_vs_dgl",
-           "rss_vs_dgl", "repeats")
+           "train_balance", "wall_s", "peak_rss_mb", "job_memory_mb", "cut_vs_in_memory",
+           "time_vs_dgl", "rss_vs_in_memory", "assigner", "repeats")
 KEY = ("nodes", "parts", "method")
-TITLE = "Partitioning: dsgraph (pymetis) vs DGL partition_graph (METIS) vs random"
-MASKS = ("train_mask", "val_mask", "test_mask")
+TITLE = "Partitioning: in-memory vs streamed (chunked) pipeline vs DGL partition_graph"
+FEAT_DIM = 128
+# size name -> (nodes, parts, repeats, methods run). In-memory and DGL load the whole graph:
+# at 10M nodes (5 GB of features) they need more than this 24 GiB host holds (their peaks at
+# 1M and 4M grow linearly with the graph).
+FULL = {"1M": (1_000_000, (2, 4), 2, METHODS), "4M": (4_000_000, (2, 4), 1, METHODS),
+        "10M": (10_000_000, (2, 4), 1, ("chunked",))}
+QUICK = {"20k": (20_000, (2,), 1, METHODS)}
+CHUNKED_SETTINGS = {"memory_mb": 5120, "workers": 2}  # the streamed pipeline's budget
 
 
-def _dataset(num_nodes: int, cache_dir: str) -> dict:
-    """Synthetic graph parameters: defaults (100 features, 40 classes) at ~10 edges per node."""
-    return {"name": "synthetic", "num_nodes": num_nodes, "avg_degree": 10.0, "seed": 0,
-            "cache_dir": cache_dir}
+def _config_args(data: Path, parts: int, pipeline: str, out: Path) -> list[str]:
+    """``python -m partition`` arguments partitioning the chunked folder ``data``."""
+    sets = {"dataset.name": "chunked", "dataset.path": str(data), "partition.num_parts": parts,
+            "partition.pipeline": pipeline}
+    if pipeline == "streamed":
+        sets.update({f"partition.{k}": v for k, v in CHUNKED_SETTINGS.items()})
+    args = ["--config", "configs/default.yaml", "--out", str(out), "--force"]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    return args
 
 
 def measure(spec: dict) -> dict:
-    """(Worker side) partition one graph with one method; return cut, balance, time and memory."""
-    import dgl
+    """(Worker side) run one partitioner as a child process; time it, watch its memory, then
+    recompute its cut and balance from what it wrote."""
+    from benchmarks.jobmem import JobMemory
 
-    from benchmarks import memory
-    from dsgraph.config import DatasetConfig
-    from dsgraph.data import load_graph
-    from dsgraph.partition import orig_ids, partition_graph
-
-    # Library imports happen before the clock starts for both sides (``import dgl`` already
-    # loaded DGL's partitioner): the timed part is partitioning + writing only.
-    import dgl.data.utils  # noqa: F401
-    import pymetis  # noqa: F401
-    import scipy.sparse  # noqa: F401
-
-    import dsgraph.partition.assign  # noqa: F401
-
-    g = load_graph(DatasetConfig(**spec["dataset"]))
-    for key in MASKS:  # the on-disk cache may hand back uint8 masks; both methods get bool
-        g.ndata[key] = g.ndata[key].bool()
-    # no reset: peak_rss_mb is the whole process's peak, the loaded graph included
-    loaded = memory.mark(reset=False)
     out = Path(spec["out"])
-    method, parts = spec["method"], spec["num_parts"]
-    t0 = time.perf_counter()
-    if method == "dgl":
-        orig, _ = dgl.distributed.partition_graph(
-            g, "graph", parts, str(out), part_method="metis",
-            balance_ntypes=g.ndata["train_mask"], balance_edges=True, return_mapping=True)
-        wall = time.perf_counter() - t0
-        part_json = out / "graph.json"
+    if spec["method"] == "dgl":
+        cmd = [sys.executable, "-m", "benchmarks.partition", "--dgl", json.dumps(spec)]
     else:
-        ours = "metis" if method == "dsgraph" else method
-        part_json = partition_graph(g, parts, out, method=ours, seed=0)
-        wall = time.perf_counter() - t0
-        orig = orig_ids(part_json)
-    peak = loaded.peak_mb()
-    # Assignment over original ids: new ids [a, b) of node_map row k belong to part k.
-    ranges = json.loads(part_json.read_text())["node_map"]["_N"]
-    orig = orig.numpy()
-    assign = np.empty(g.num_nodes(), dtype=np.int64)
-    for k, (a, b) in enumerate(ranges):
-        assign[orig[a:b]] = k
-    counts = np.bincount(assign, minlength=parts)
-    trains = np.bincount(assign[g.ndata["train_mask"].numpy()], minlength=parts)
-    src, dst = (t.numpy() for t in g.edges())
-    cut = int((assign[src] != assign[dst]).sum())
-    written = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    return {"edge_cut": cut, "edge_cut_ratio": cut / g.num_edges(),
-            "node_balance": float(counts.max() / counts.mean()),
-            "train_balance": float(trains.max() / trains.mean()),
-            "wall_s": wall, "peak_rss_mb": peak, "partition_mb": peak - loaded.rss_mb,
-            "written_mb": written / 2**20, "nodes": g.num_nodes(), "edges": g.num_edges()}
-
-
-def _spawn(spec: dict, timeout_s: float) -> dict:
-    """Run :func:`measure` in a fresh interpreter so peak RSS and caches are its own."""
+        pipeline = "streamed" if spec["method"] == "chunked" else "in_memory"
+        cmd = [sys.executable, "-m", "partition",
+               *_config_args(Path(spec["data"]), spec["parts"], pipeline, out)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    t0 = time.perf_counter()
+    with JobMemory() as mem:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{spec['method']} {spec['parts']} parts failed: " + " | ".join(tail))
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    result = {"wall_s": wall, "peak_rss_mb": peak, "job_memory_mb": mem.peak_mb,
+              **_quality(Path(spec["data"]), out / "graph.json", spec["parts"])}
+    stats = out / "partition_stats.json"
+    if stats.is_file():
+        info = json.loads(stats.read_text()).get("assignment") or {}
+        result["assigner"] = info.get("assigner", "metis")
+    return result
+
+
+def _quality(data: Path, part_json: Path, parts: int) -> dict:
+    """Edge cut, node and training balance of a partitioning, from its files and the input."""
+    from dgl.data.utils import load_tensors
+
+    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunks import iter_edges, read_node_key
+    graph = open_chunked(data)
+    meta = json.loads(part_json.read_text())
+    assign = np.empty(graph.num_nodes, dtype=np.int8)
+    for k in range(parts):
+        feats = load_tensors(str(part_json.parent / meta[f"part-{k}"]["node_feats"]))
+        orig = feats.get("_N/orig_id")
+        if orig is None:  # DGL's own files keep the mapping elsewhere: its node map and NID
+            orig = _dgl_orig_ids(part_json, k)
+        assign[orig.numpy()] = k
+        del feats
+    cut = sum(int((assign[s] != assign[d]).sum()) for _, s, d in iter_edges(graph))
+    counts = np.bincount(assign, minlength=parts)
+    train = read_node_key(graph, "train_mask")
+    trains = np.bincount(assign[train], minlength=parts)
+    return {"nodes": graph.num_nodes, "edges": graph.num_edges, "edge_cut": cut,
+            "edge_cut_ratio": cut / max(graph.num_edges, 1),
+            "node_balance": float(counts.max() / counts.mean()),
+            "train_balance": float(trains.max() / max(trains.mean(), 1e-9))}
+
+
+def _dgl_orig_ids(part_json: Path, k: int):
+    """Original ids of part ``k``'s owned nodes in DGL's files (saved by ``--dgl`` beside them)."""
+    import torch
+    return torch.from_numpy(np.load(part_json.parent / f"orig-{k}.npy"))
+
+
+def _generate(name: str, nodes: int, cache: Path, quick: bool) -> Path:
+    """The chunked folder of the size-``nodes`` graph, generated once (reused when present)."""
+    folder = cache / f"chunked-{name}-{FEAT_DIM}f"
+    if (folder / "metadata.json").is_file():
+        return folder
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "partition.chunk", "--config", "configs/default.yaml",
+                    "--set", f"dataset.num_nodes={nodes}", "--set", f"dataset.feat_dim={FEAT_DIM}",
+                    "--set", "dataset.avg_degree=10", "--out", str(folder), "--force"],
+                   check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                   stdout=subprocess.DEVNULL if quick else None)
+    print(f"generated {folder} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return folder
+
+
+def _spawn(spec: dict) -> dict:
+    """Run :func:`measure` in a fresh interpreter (its RUSAGE_CHILDREN is this run's alone)."""
     proc = subprocess.run([sys.executable, "-m", "benchmarks.partition", "--measure",
-                           json.dumps(spec)], capture_output=True, text=True, timeout=timeout_s,
-                          env=env)
+                           json.dumps(spec)], capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise RuntimeError(f"partition benchmark worker failed ({spec['method']}, "
-                           f"{spec['num_parts']} parts): " + " | ".join(tail))
+                           f"{spec['parts']} parts): " + " | ".join(tail))
     return json.loads(lines[-1][len("RESULT "):])
 
 
 def _plot(rows: list[dict], fig) -> None:
-    """Edge-cut ratio and wall time per (graph, parts), one bar per method."""
-    keys = list(dict.fromkeys((r["nodes"], r["parts"]) for r in rows))
-    labels = [f"{n // 1000}k/{p}" if n < 10**6 else f"{n // 10**6}M/{p}" for n, p in keys]
-    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-    width = 0.8 / max(len(methods), 1)
-    for i, (col, title) in enumerate((("edge_cut_ratio", "edge cut ratio (lower is better)"),
-                                      ("wall_s", "wall time incl. writing, s (log)"))):
+    """Peak memory and wall time against graph size, one line per (method, parts)."""
+    for i, (col, title) in enumerate((("peak_rss_mb", "largest process's peak RSS, MiB"),
+                                      ("wall_s", "wall time, s"))):
         ax = fig.add_subplot(1, 2, i + 1)
-        for j, m in enumerate(methods):
-            rs = [r for r in rows if r["method"] == m]
-            xs = [keys.index((r["nodes"], r["parts"])) + (j - (len(methods) - 1) / 2) * width
-                  for r in rs]
-            bars(ax, xs, rs, col, KEY, width=width, label=m)
-        ax.set_xticks(range(len(keys)), labels)
-        ax.set_xlabel("nodes / parts")
+        for m in METHODS:
+            for parts in sorted({r["parts"] for r in rows}):
+                rs = sorted((r for r in rows if r["method"] == m and r["parts"] == parts),
+                            key=lambda r: r["nodes"])
+                line(ax, rs, "nodes", col, KEY, "o-", label=f"{m}, {parts} parts")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes (avg degree 10, 128 features)")
         ax.set_title(title)
-        if col == "wall_s":
-            ax.set_yscale("log")
-        ax.legend()
+        ax.legend(fontsize=7)
 
 
 def _notes(payload: dict) -> list[str]:
-    """Targets met, DGL's run-to-run spread, and what each column measures."""
+    """Targets and what each column measures."""
     records, notes = payload["records"], []
-    ds_rows = [r for r in records if r["method"] == "dsgraph"]
-    cut_ok = all(r["cut_vs_dgl"] <= 1.0 for r in ds_rows)
-    time_ok = all(r["time_vs_dgl"] <= 1.0 for r in ds_rows)
-    bal_ok = all(r["node_balance"] <= 1.10 for r in ds_rows)
+    by = {(r["nodes"], r["parts"], r["method"]): r for r in records}
+    checks = []
+    for (n, p, m), r in sorted(by.items()):
+        if m != "chunked":
+            continue
+        line_ = f"{n:,} nodes / {p} parts: {r['wall_s']:.0f} s, peak {r['peak_rss_mb']:.0f} MiB"
+        if r.get("cut_vs_in_memory") is not None:
+            line_ += (f", cut {r['cut_vs_in_memory']:.3f}x in-memory, peak "
+                      f"{r['rss_vs_in_memory']:.2f}x in-memory")
+        if r.get("time_vs_dgl") is not None:
+            line_ += f", time {r['time_vs_dgl']:.2f}x DGL"
+        checks.append(line_)
+    if checks:
+        notes.append("Chunked pipeline: " + "; ".join(checks) + ".")
     notes.append(
-        f"Targets (dsgraph vs DGL, every graph and part count): edge cut ratio <= 1.0: "
-        f"{'met' if cut_ok else 'NOT met'} (max {max(r['cut_vs_dgl'] for r in ds_rows):.3f}); "
-        f"wall time ratio <= 1.0: {'met' if time_ok else 'NOT met'} "
-        f"(max {max(r['time_vs_dgl'] for r in ds_rows):.3f}); node balance <= 1.10: "
-        f"{'met' if bal_ok else 'NOT met'} (max {max(r['node_balance'] for r in ds_rows):.3f}).")
-    spread = [f"{r['nodes'] // 1000}k/{r['parts']}: {min(r['edge_cut_all']):,}-"
-              f"{max(r['edge_cut_all']):,}" for r in records
-              if r["method"] == "dgl" and min(r["edge_cut_all"]) != max(r["edge_cut_all"])]
-    if spread:
-        notes.append("DGL's METIS result varies between repeats (edge cut min-max: "
-                     + "; ".join(spread) + "); dsgraph's is identical for a given seed.")
+        "Targets: 10M nodes / 100M edges / 128 features, 2 and 4 parts, peak RSS <= 6 GiB in "
+        "< ~30 min; at 1M nodes the chunked path's edge cut <= 1.10x in-memory METIS, its time "
+        "<= DGL's, its peak RSS <= 0.5x the in-memory path's.")
     notes.append(
-        "Edge cut = directed edges (each undirected edge twice) whose endpoints lie in different "
-        "parts, recomputed for every method from its output ranges and id map; wall time = "
-        "partitioning + writing the DGL files in a fresh process (graph loading excluded); peak "
-        "RSS = VmHWM of that process, including the loaded graph (`partition_mb` = peak minus RSS "
-        "after loading). Values are medians over `repeats` fresh processes; "
-        f"OMP_NUM_THREADS={payload.get('omp_num_threads')}.")
+        "Wall time = the partitioner's process tree from start to exit (imports and input "
+        "reading included); peak_rss_mb = the largest VmHWM of its processes; job_memory_mb = "
+        "peak summed PSS of its processes, sampled every 0.2 s; edge cut = directed edges whose "
+        "endpoints lie in different parts, recomputed for every method from its files. "
+        f"Chunked settings: {CHUNKED_SETTINGS}; OMP_NUM_THREADS="
+        f"{payload.get('omp_num_threads')}; medians over `repeats` fresh processes.")
     return notes
 
 
-VIEW = View("partition", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes)
+VIEW = View("partition", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(11.0, 4.5))
 
 
 def render(quick: bool = False) -> Path:
@@ -171,66 +213,92 @@ def render(quick: bool = False) -> Path:
     return render_saved(VIEW, quick)
 
 
-def run(quick: bool) -> Path:
-    """Partition every (graph, parts) with every method in fresh processes; write the report."""
-    from dsgraph.config import DatasetConfig
-    from dsgraph.data import load_graph
+def _rows(nodes: int, parts: int, runs: dict[str, list[dict]], repeats: int) -> list[dict]:
+    """One row per method from its repeats (medians), with the ratios against the others."""
+    rows = {}
+    for m, rs in runs.items():
+        row = {"nodes": rs[0]["nodes"], "edges": rs[0]["edges"], "parts": parts, "method": m,
+               "repeats": repeats, "assigner": rs[0].get("assigner") if m == "chunked" else None}
+        for k in ("edge_cut", "edge_cut_ratio", "node_balance", "train_balance", "wall_s",
+                  "peak_rss_mb", "job_memory_mb"):
+            row[k] = median(r[k] for r in rs)
+        row["edge_cut"] = int(row["edge_cut"])
+        row["wall_s_all"] = [round(r["wall_s"], 1) for r in rs]
+        row["peak_rss_mb_all"] = [round(r["peak_rss_mb"]) for r in rs]
+        rows[m] = row
+    for row in rows.values():
+        mem, dgl = rows.get("in_memory"), rows.get("dgl")
+        row["cut_vs_in_memory"] = row["edge_cut"] / mem["edge_cut"] if mem else None
+        row["rss_vs_in_memory"] = row["peak_rss_mb"] / mem["peak_rss_mb"] if mem else None
+        row["time_vs_dgl"] = row["wall_s"] / dgl["wall_s"] if dgl else None
+    return list(rows.values())
 
-    if quick:
-        plan = [(10_000, (2, 4), 1)]
-    else:
-        reps_1m = int(os.environ.get("DSGRAPH_BENCH_REPEATS_1M", "3"))
-        plan = [(100_000, (2, 4, 8), 5), (1_000_000, (2, 4, 8), reps_1m)]
-    cache = os.environ.get("DSGRAPH_BENCH_CACHE", "data")
-    report = Report(VIEW, quick,
-                    repeats=max(r for _, _, r in plan))  # per-row counts in the `repeats` column
-    report.extra["plan"] = [{"nodes": n, "parts": list(p), "repeats": r} for n, p, r in plan]
+
+def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
+    """Partition every size with every method that fits, in fresh processes; write the report.
+    With ``datasets`` (size names), only those run and the others' records are carried."""
+    every = QUICK if quick else FULL
+    sizes = chosen(every, datasets)
+    report = Report(VIEW, quick, repeats=max(v[2] for v in sizes.values()))
     report.extra["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS", "2")
+    report.extra["plan"] = {k: {"nodes": v[0], "parts": list(v[1]), "repeats": v[2],
+                                "methods": list(v[3])} for k, v in every.items()}
+    if len(sizes) < len(every) and (reports_dir(quick) / "partition.json").is_file():
+        saved = load_payload(VIEW.name, quick)
+        kept = {every[k][0] for k in every if k not in sizes}
+        report.records.extend(r for r in saved["records"] if r["nodes"] in kept)
+        report.extra["carried"] = {**saved.get("carried", {}), **{
+            k: saved.get("carried", {}).get(k, saved["env"]["date"]) for k in every
+            if k not in sizes}}
+    cache = Path(os.environ.get("DSGRAPH_BENCH_CACHE", "data"))
     with tempfile.TemporaryDirectory(prefix="dsgraph-bench-part-") as tmpd:
-        for nodes, parts_list, repeats in plan:
-            ds = _dataset(nodes, cache if not quick else str(Path(tmpd) / "data"))
-            t0 = time.perf_counter()
-            load_graph(DatasetConfig(**ds))  # generate + cache once; workers load the cached file
-            print(f"graph {nodes:,} nodes ready in {time.perf_counter() - t0:.1f} s", flush=True)
+        for name, (nodes, parts_list, repeats, methods) in sizes.items():
+            data = _generate(name, nodes, Path(tmpd) if quick else cache, quick)
             for parts in parts_list:
-                runs: dict[str, list[dict]] = {m: [] for m in METHODS}
+                runs: dict[str, list[dict]] = {m: [] for m in methods}
                 for rep in range(repeats):  # methods interleaved so drift hits all alike
-                    for m in METHODS:
+                    for m in methods:
                         out = Path(tmpd) / f"{m}-{nodes}-{parts}-{rep}"
-                        runs[m].append(_spawn({"dataset": ds, "method": m, "num_parts": parts,
-                                               "out": str(out)}, timeout_s=1200))
+                        print(f"{name} {parts} parts: {m} (repeat {rep + 1}/{repeats}) ...",
+                              flush=True)
+                        runs[m].append(_spawn({"data": str(data), "method": m, "parts": parts,
+                                               "out": str(out)}))
                         shutil.rmtree(out, ignore_errors=True)
-                rows = {}
-                for m in METHODS:
-                    rs = runs[m]
-                    row = {"nodes": rs[0]["nodes"], "edges": rs[0]["edges"], "parts": parts,
-                           "method": m, "repeats": repeats}
-                    for k in ("edge_cut", "edge_cut_ratio", "node_balance", "train_balance",
-                              "wall_s", "peak_rss_mb", "partition_mb", "written_mb"):
-                        row[k] = median(r[k] for r in rs)
-                    row["edge_cut"] = int(row["edge_cut"])
-                    row["wall_s_all"] = [round(r["wall_s"], 3) for r in rs]
-                    row["edge_cut_all"] = [r["edge_cut"] for r in rs]
-                    rows[m] = row
-                for m in METHODS:
-                    row, ref = rows[m], rows["dgl"]
-                    row["cut_vs_dgl"] = row["edge_cut"] / max(ref["edge_cut"], 1)
-                    row["time_vs_dgl"] = row["wall_s"] / ref["wall_s"]
-                    row["rss_vs_dgl"] = row["peak_rss_mb"] / ref["peak_rss_mb"]
+                for row in _rows(nodes, parts, runs, repeats):
                     report.add(row)
+                report.save(partial=True)
     return report.save()
 
 
-def _worker_main() -> None:
-    """``python -m benchmarks.partition --measure SPEC``: one measurement, printed as JSON."""
+def _main() -> None:
+    """``--measure SPEC`` (one measurement, printed as JSON) or ``--dgl SPEC`` (DGL's
+    partitioner on a chunked folder)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.partition")
-    parser.add_argument("--measure", required=True, help="JSON measurement spec (internal)")
-    spec = json.loads(parser.parse_args().measure)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--measure", help="JSON measurement spec (internal)")
+    group.add_argument("--dgl", help="JSON spec: run DGL's partition_graph (internal)")
+    args = parser.parse_args()
+    if args.dgl:
+        _run_dgl(json.loads(args.dgl))
+        return
+    print("RESULT " + json.dumps(measure(json.loads(args.measure))), flush=True)
+
+
+def _run_dgl(spec: dict) -> None:
+    """DGL's partition_graph on the whole graph; saves each part's original ids beside it."""
+    import dgl
     import torch
+
+    from dsgraph.data.chunked import open_chunked
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    result = measure(spec)
-    print("RESULT " + json.dumps(result), flush=True)
+    g = open_chunked(spec["data"]).to_dgl()
+    orig, _ = dgl.distributed.partition_graph(
+        g, "graph", spec["parts"], spec["out"], part_method="metis",
+        balance_ntypes=g.ndata["train_mask"], balance_edges=True, return_mapping=True)
+    ranges = json.loads((Path(spec["out"]) / "graph.json").read_text())["node_map"]["_N"]
+    for k, (a, b) in enumerate(ranges):
+        np.save(Path(spec["out"]) / f"orig-{k}.npy", orig[a:b].numpy())
 
 
 if __name__ == "__main__":
-    _worker_main()
+    _main()

@@ -28,6 +28,10 @@ def summary_lines(stats: dict) -> list[str]:
              f"train balance {stats['train_balance']:.3f}; {stats['wall_s']:.1f} s, "
              f"peak RSS {stats['peak_rss_mb']:.0f} MB",
              "  part      nodes  inner_edges  halo_nodes  train_nodes"]
+    if stats.get("assignment"):  # the streamed pipeline: which assigner ran, and why
+        a = stats["assignment"]
+        lines.insert(1, f"  assignment: {a['assigner']} ({a.get('reason', '')}), "
+                        f"{a.get('wall_s', 0):.1f} s")
     for p in stats["parts"]:
         lines.append(f"  {p['part']:>4} {p['nodes']:>10,} {p['inner_edges']:>12,} "
                      f"{p['halo_nodes']:>11,} {p['train_nodes']:>12,}")

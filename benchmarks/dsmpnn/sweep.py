@@ -13,7 +13,7 @@ from benchmarks.dsmpnn.report import VIEW
 from benchmarks.dsmpnn.runner import (local_run, measure_capacity, parallel_runs, run_cmds,
                                       timed_run, train_cmd, with_epochs)
 from benchmarks.dsmpnn.settings import CACHE, FULL, QUICK
-from benchmarks.harness import Report, load_payload, reports_dir
+from benchmarks.harness import Report, chosen, load_payload, reports_dir
 from dsgraph.config import load
 from dsgraph.errors import UserError
 
@@ -98,11 +98,7 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
     those run; the other datasets' records are carried from the saved report (``carried``
     names the run each comes from)."""
     every = QUICK if quick else FULL
-    unknown = sorted(set(datasets or []) - set(every))
-    if unknown or datasets == []:
-        raise UserError(f"--datasets {','.join(datasets or [])}: expected some of "
-                        f"{', '.join(every)}")
-    specs = {ds: spec for ds, spec in every.items() if datasets is None or ds in datasets}
+    specs = chosen(every, datasets)
     report = Report(VIEW, quick, repeats=1)
     report.extra["settings"] = dict(specs)
     if len(specs) < len(every):

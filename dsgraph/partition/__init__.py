@@ -3,8 +3,7 @@
 integrity block (``meta``, ``integrity``), the streamed pipeline (``streamed``)."""
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dsgraph.lazy import lazy_exports
 
 # Each public name -> the submodule defining it, imported on first use (PEP 562): the integrity
 # checks need neither torch nor DGL, so `python -m partition --if-missing` verifies existing
@@ -22,16 +21,4 @@ _EXPORTS = {
     "partition_json": "reader",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines ``name`` (see ``_EXPORTS``) and return it from there."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    """Module attributes plus the lazily imported public names."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
