@@ -83,6 +83,15 @@ class Run:
 
 
 @pytest.fixture(scope="session")
+def fault_workspace(tmp_path_factory):
+    """:func:`benchmarks.faults.prepare`'s workspace (tiny data, partitions, the fault model),
+    shared as the reliability report shares it: by the fault matrix (test_faults.py) and the
+    run-folder scenarios (test_run_folder_faults.py), each case in a folder of its own."""
+    from benchmarks import faults
+    return faults.prepare(tmp_path_factory.mktemp("faults"))
+
+
+@pytest.fixture(scope="session")
 def sampled_graph(tmp_path_factory) -> Path:
     """configs/default.yaml's graph at :data:`jobs.SMALL` size in its 2 partitions with 2-hop
     halos (:data:`jobs.SHARED`), under the folder returned; tests train on it

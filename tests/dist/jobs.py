@@ -1,11 +1,22 @@
 """The command-line programs as the multi-process tests run them: ``python -m train`` /
-``predict`` from the repository root in a session of their own, ``partition``'s main in this
-process, and a run folder's metrics."""
+``predict``'s main in this process (the launcher: the job's processes are its children, as under
+the command), ``partition``'s main in this process, ``python -m ...`` from the repository root in
+a session of its own (:func:`cli`), and a run folder's metrics.
+
+A fresh interpreter per job would add its own torch and DGL imports (about 3 s of the 2 cores
+each, some 40 jobs in tests/dist) and nothing else: the command only calls ``main``. The
+command's own process (exit code, console, signals) is tested by the fault matrix and the
+run-folder scenarios (``benchmarks.faults`` / ``misuse``, real commands) and in tests/
+(test_datasets_formats, test_partition, test_partition_integrity, test_config).
+"""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from benchmarks.harness import run_cli
@@ -38,13 +49,46 @@ def _set_args(*overrides: str) -> list[str]:
     return [arg for s in overrides for arg in ("--set", s)]
 
 
-def train(config: Path, out: Path, *overrides: str, resume: bool = False,
-          timeout: float = 240) -> subprocess.CompletedProcess:
-    """A ``python -m train`` job into ``out`` that must succeed; its completed process."""
-    res = cli("train", "--config", str(config), "--out", str(out), *_set_args(*overrides),
-              *(["--resume"] if resume else []), timeout=timeout)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res
+def run_main(module: str, *args: str) -> tuple[int, str]:
+    """``python -m module *args`` as its ``main`` in this process, from the repository root:
+    its exit code and what it wrote to stderr (also passed on to this process's stderr, which
+    pytest shows with a failing test). A job started here runs under the same supervisor as
+    under the command: it stops its processes when the job ends, fails, overruns
+    ``train.timeout_s`` or the test is interrupted (pytest-timeout), and they die with this
+    process (parent-death signal, the job's reaper)."""
+    main = importlib.import_module(f"{module}.__main__").main
+    raw = io.BytesIO()
+    # rank 0's echoed lines are written to sys.stderr.buffer by the supervisor's threads
+    err = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
+    code = 0
+    try:
+        with contextlib.chdir(ROOT), contextlib.redirect_stderr(err):
+            main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        text = raw.getvalue().decode("utf-8", "replace")
+        sys.stderr.write(text)
+    if code == 130:  # the command's Ctrl-C: stop the test run as well
+        raise KeyboardInterrupt
+    return code, text
+
+
+def train(config: Path, out: Path, *overrides: str, resume: bool = False) -> str:
+    """A ``python -m train`` job (:func:`run_main`) into ``out`` that must succeed; its
+    stderr."""
+    code, err = run_main("train", "--config", str(config), "--out", str(out),
+                         *_set_args(*overrides), *(["--resume"] if resume else []))
+    assert code == 0, err[-3000:]
+    return err
+
+
+def predict(run: Path, *args: str) -> str:
+    """A ``python -m predict --run run *args`` job (:func:`run_main`) that must succeed; its
+    stderr."""
+    code, err = run_main("predict", "--run", str(run), *args)
+    assert code == 0, err[-3000:]
+    return err
 
 
 def partition(config: Path, *overrides: str) -> None:

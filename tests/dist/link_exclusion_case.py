@@ -3,8 +3,8 @@
 partition as with ``sampled.local_sampling``) are asked to leave out a batch's
 edges; prints how many of them (either direction) each one's blocks still hold.
 
-``python -m tests.dist.link_exclusion_case FOLDER``; run in a process of its own (DGL's
-distributed state is per process)."""
+``python -m tests.dist.link_exclusion_case FOLDER``, or :func:`main` in a process of its own
+(DGL's distributed state is per process)."""
 from __future__ import annotations
 
 import os

@@ -184,14 +184,29 @@ def _case_worker_body(rank: int, world: int, port: int, part_json: str, cases: l
     dist.barrier()  # no rank leaves while a peer may still need it
 
 
-def spawn(fn: Callable, world: int, args: tuple, timeout_s: float = 120.0) -> None:
-    """Run ``fn(rank, world, port, *args)`` in ``world`` fresh (spawned) processes; raise if any
-    fails or the group outlives ``timeout_s``."""
-    import torch.multiprocessing as mp
+# What the worker processes' server imports once (below): torch, DGL, dsgraph's SAR and DS-MPNN.
+PRELOAD = ["torch", "dgl", "pytest", "dsgraph.sar.worker", "dsgraph.physics.engine"]
 
+
+def worker_context():
+    """The multiprocessing context of the tests' worker processes: ``forkserver``, whose server
+    (started on first use, one per test session) imports :data:`PRELOAD`; every worker is a
+    fresh process forked from it, with no torch thread pool, group or state of this one. A
+    spawned worker would import them itself: 2-3 s of the 2 cores per process, most of a small
+    job's time."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # read when the server starts; later calls change nothing
+    return ctx
+
+
+def spawn(fn: Callable, world: int, args: tuple, timeout_s: float = 120.0) -> None:
+    """Run ``fn(rank, world, port, *args)`` in ``world`` fresh processes
+    (:func:`worker_context`); raise if any fails or the group outlives ``timeout_s``."""
     from dsgraph.cluster.ports import free_port_range
 
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     port = free_port_range(1)
     procs = [ctx.Process(target=fn, args=(r, world, port) + tuple(args), daemon=True)
              for r in range(world)]

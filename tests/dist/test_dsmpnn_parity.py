@@ -3,12 +3,13 @@ gradients on the same sampled graph, the halo exchange routes gradients back to 
 batched training epoch (``physics.batch_fields``) ends with the same model on 1 and 2 workers."""
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+from tests.dist.sar_cases import worker_context
 
 TOL = 1e-5
 WIDTH, LAYERS = 8, 3
@@ -63,22 +64,24 @@ class _DropGrad(torch.autograd.Function):
         return out, None
 
 
-def _worker(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
-    """One gloo rank; leaves with os._exit (see dsgraph.cluster.worker.exit_now: gloo teardown
-    deadlock)."""
+def _worker(rank: int, world: int, port: int, method: str, out_dir: str,
+            batched: bool = False) -> None:
+    """One gloo rank (``batched``: the batched epoch as well, after the decomposed checks);
+    leaves with os._exit (see dsgraph.cluster.worker.exit_now: gloo teardown deadlock)."""
     import traceback
 
     from dsgraph.cluster.worker import exit_now
 
     try:
-        _worker_body(rank, world, port, method, out_dir)
+        _worker_body(rank, world, port, method, out_dir, batched)
     except BaseException:
         traceback.print_exc()
         exit_now(1)
     exit_now(0)
 
 
-def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
+def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str,
+                 batched: bool) -> None:
     import torch.distributed as dist
     from dsgraph.dist import allreduce_grads
     from dsgraph.physics import halo
@@ -105,17 +108,19 @@ def _worker_body(rank: int, world: int, port: int, method: str, out_dir: str) ->
     ex = halo.HaloExchange.apply(h, plan)
     (ex * w).sum().backward()
     res.update(ex_out=ex.detach(), ex_w=w, ex_grad=h.grad.clone())
+    if batched:  # in the same group: a second job of 2 workers would only add process starts
+        res["batched"] = _batched_epoch(rank, world)
     torch.save(res, Path(out_dir) / f"rank{rank}.pt")
     dist.barrier()
 
 
 def _spawn(world: int, method: str, out_dir: Path, timeout: float = 90.0,
-           target=None) -> list[dict]:
+           batched: bool = False) -> list[dict]:
     from dsgraph.cluster.ports import free_port_range
 
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     port = free_port_range(1)
-    procs = [ctx.Process(target=target or _worker, args=(r, world, port, method, str(out_dir)))
+    procs = [ctx.Process(target=_worker, args=(r, world, port, method, str(out_dir), batched))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -148,11 +153,18 @@ def _norm_rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory) -> list[dict]:
+    """The 2-worker (bisection) job's results, decomposed checks and batched epoch."""
+    return _spawn(2, "bisection", tmp_path_factory.mktemp("two_workers"), batched=True)
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world,method", [(2, "bisection"), (4, "metis")])
-def test_decomposed_matches_single_worker(tmp_path, world, method):
+def test_decomposed_matches_single_worker(tmp_path, world, method, request):
     sg, ref_out, ref_grads = _reference()
-    results = _spawn(world, method, tmp_path)
+    results = (request.getfixturevalue("two_workers") if world == 2
+               else _spawn(world, method, tmp_path))
 
     # Every sampled node is owned exactly once and the subdomains really need halos.
     owned = torch.cat([r["owned"] for r in results])
@@ -228,31 +240,11 @@ def _batched_epoch(rank: int = 0, world: int = 1) -> dict:
             "loss": mean, "steps": seen}
 
 
-def _batched_worker(rank: int, world: int, port: int, method: str, out_dir: str) -> None:
-    import datetime
-    import traceback
-
-    import torch.distributed as dist
-
-    from dsgraph.cluster.worker import exit_now
-
-    try:
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=60))
-        torch.save(_batched_epoch(rank, world), Path(out_dir) / f"rank{rank}.pt")
-        dist.barrier()
-    except BaseException:
-        traceback.print_exc()
-        exit_now(1)
-    exit_now(0)
-
-
 @pytest.mark.timeout(180)
-def test_batched_epoch_same_model_on_one_and_two_workers(tmp_path):
+def test_batched_epoch_same_model_on_one_and_two_workers(two_workers):
     ref = _batched_epoch()
     assert len(ref["steps"]) == 2  # 3 fields in batches of 2: two optimizer steps
-    results = _spawn(2, "bisection", tmp_path, target=_batched_worker)
+    results = [r["batched"] for r in two_workers]
     for r in results:
         # Each worker's loss is its share; the epoch mean is summed over workers.
         assert r["loss"] == pytest.approx(ref["loss"], rel=TOL)

@@ -34,10 +34,10 @@ def test_darcy_two_workers_train_resume(darcy_two_epochs, darcy_three_epochs, tm
 
 @pytest.mark.timeout(60)
 def test_dsmpnn_rejects_graph_dataset(tmp_path):
-    res = jobs.cli("train", "--config", str(jobs.DARCY), "--out", str(tmp_path / "r"),
-                   "--set", "dataset.name=synthetic")
-    assert res.returncode == 2
-    lines = res.stderr.strip().splitlines()
+    code, err = jobs.run_main("train", "--config", str(jobs.DARCY), "--out", str(tmp_path / "r"),
+                              "--set", "dataset.name=synthetic")
+    assert code == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "dataset.name" in lines[0] and "darcy" in lines[0]
 
 

@@ -12,9 +12,9 @@ from benchmarks.faults import EXIT_LIMIT_S
 from benchmarks.reliability import CASES
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    return faults.prepare(tmp_path_factory.mktemp("faults"))
+@pytest.fixture
+def workspace(fault_workspace):
+    return fault_workspace
 
 
 # The matrix; "SAR worker raises" (blame), "port in use" and "sampled trainer stopped"

@@ -5,9 +5,8 @@ Hits@K, GCN beats the feature-only MLP on the planted community graph, and
 the batch's own edges stay out of its sampled neighbourhoods."""
 from __future__ import annotations
 
+import contextlib
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ import torch
 from dsgraph import checkpoint
 from tests.dist import jobs
 
-ROOT = Path(__file__).resolve().parents[2]
 # In-process on this graph (4 epochs): GCN MRR ~0.53, MLP ~0.20; the margin leaves room.
 MARGIN = 0.1
 
@@ -69,8 +67,7 @@ def test_link_prediction_trains_and_beats_the_mlp(config, mlp, tmp_path):
           f"test_mrr {baseline['test_mrr']:.4f} test_hits20 {baseline['test_hits20']:.4f}")
     assert summary["test_mrr"] > baseline["test_mrr"] + MARGIN, (summary, baseline)
     # python -m predict: one embedding per node, keyed by the original ids
-    res = jobs.cli("predict", "--run", str(gnn))
-    assert res.returncode == 0, res.stderr[-3000:]
+    jobs.predict(gnn)
     with np.load(gnn / "predictions.npz") as data:
         assert np.array_equal(data["node_id"], np.arange(2000))
         assert data["embedding"].shape == (2000, 32)
@@ -79,9 +76,7 @@ def test_link_prediction_trains_and_beats_the_mlp(config, mlp, tmp_path):
     # --pairs: the decoder's scores of the asked pairs, from the same embeddings
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("src,dst\n0,1\n5,1999\n42,42\n")
-    res = jobs.cli("predict", "--run", str(gnn), "--pairs", str(pairs), "--out",
-                   str(tmp_path / "scores.csv"))
-    assert res.returncode == 0, res.stderr[-3000:]
+    jobs.predict(gnn, "--pairs", str(pairs), "--out", str(tmp_path / "scores.csv"))
     import pandas as pd
     scores = pd.read_csv(tmp_path / "scores.csv")
     assert scores[["src", "dst"]].values.tolist() == [[0, 1], [5, 1999], [42, 42]]
@@ -106,18 +101,32 @@ def test_every_training_option_composes(config, mlp, tmp_path):
 
 
 def test_link_partitions_refuse_other_edge_splits(config, tmp_path):
-    res = jobs.cli("train", "--config", str(config), "--out", str(tmp_path / "r"),
-                   "--set", "task.edge_split=[0.7, 0.1, 0.2]")
-    assert res.returncode == 2, res.stderr[-2000:]
+    code, err = jobs.run_main("train", "--config", str(config), "--out", str(tmp_path / "r"),
+                              "--set", "task.edge_split=[0.7, 0.1, 0.2]")
+    assert code == 2, err[-2000:]
     assert "made with task.edge_split=[0.8, 0.1, 0.1], the config says [0.7, 0.1, 0.2]" \
-        in res.stderr, res.stderr[-2000:]
+        in err, err[-2000:]
 
 
 def test_batch_edges_are_left_out_of_distgraph_neighbourhoods(tmp_path):
     # DGL 2.1's DistGraph.sample_neighbors ignores exclude_edges: stock sampling keeps the
     # batch's edges (the leak this guards against); PairExcludingSampler keeps none of them.
-    res = subprocess.run([sys.executable, "-m", "tests.dist.link_exclusion_case", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    stock, ours, local, sampled = (int(x) for x in res.stdout.split()[-7::2])
-    assert stock > 0 and ours == 0 and local == 0 and sampled > 0, res.stdout
+    from tests.dist.sar_cases import worker_context
+    proc = worker_context().Process(target=_exclusion_case, args=(str(tmp_path),))
+    proc.start()
+    proc.join(120)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    assert proc.exitcode == 0, proc.exitcode  # (its traceback is on the captured stderr)
+    out = (tmp_path / "counts.txt").read_text()
+    stock, ours, local, sampled = (int(x) for x in out.split()[-7::2])
+    assert stock > 0 and ours == 0 and local == 0 and sampled > 0, out
+
+
+def _exclusion_case(folder: str) -> None:
+    """tests/dist/link_exclusion_case.py in a process of its own (DGL's distributed state is
+    per process), its line to ``folder/counts.txt``."""
+    from tests.dist import link_exclusion_case
+    with open(f"{folder}/counts.txt", "w") as fh, contextlib.redirect_stdout(fh):
+        link_exclusion_case.main(folder)

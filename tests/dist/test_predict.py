@@ -88,8 +88,7 @@ def test_sar_predictions_as_csv_equal_a_single_process_forward(sar_run, tmp_path
     run = sar_run
     logs = _logs(run)
     out = tmp_path / "sar.csv"
-    res = jobs.cli("predict", "--run", str(run), "--out", str(out), "--embeddings")
-    assert res.returncode == 0, res.stderr[-3000:]
+    jobs.predict(run, "--out", str(out), "--embeddings")
     frame = pd.read_csv(out)
     got = {"node_id": frame["node_id"].to_numpy(), "pred": frame["pred"].to_numpy(),
            "prob": frame[[f"prob_{k}" for k in range(4)]].to_numpy(),
@@ -107,8 +106,7 @@ def test_sar_predictions_as_csv_equal_a_single_process_forward(sar_run, tmp_path
 def test_sampled_predictions_as_npz_equal_a_single_process_forward(sampled_run):
     run = sampled_run.path
     logs = _logs(run)
-    res = jobs.cli("predict", "--run", str(run), "--embeddings")
-    assert res.returncode == 0, res.stderr[-3000:]
+    jobs.predict(run, "--embeddings")
     with np.load(run / "predictions.npz") as data:  # the default output
         got = dict(data)
     assert sorted(got) == ["embedding", "node_id", "pred", "prob"]
@@ -121,8 +119,7 @@ def test_sampled_predictions_as_npz_equal_a_single_process_forward(sampled_run):
 @pytest.mark.timeout(300)
 def test_dsmpnn_predictions_are_the_evaluated_test_fields(darcy_three_epochs):
     run = darcy_three_epochs.path
-    res = jobs.cli("predict", "--run", str(run))
-    assert res.returncode == 0, res.stderr[-3000:]
+    jobs.predict(run)
     with np.load(run / "predictions.npz") as data:
         got = dict(data)
     assert sorted(got) == ["node", "pos", "pred", "sample", "target"]

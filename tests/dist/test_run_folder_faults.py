@@ -11,9 +11,9 @@ import pytest
 from benchmarks import faults, misuse
 
 
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory) -> faults.Workspace:
-    return faults.prepare(tmp_path_factory.mktemp("misuse"))
+@pytest.fixture
+def ws(fault_workspace) -> faults.Workspace:
+    return fault_workspace
 
 
 # Run in the reliability report only (each is a real job of its own; the suite keeps to its time
