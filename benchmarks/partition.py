@@ -41,27 +41,32 @@ from benchmarks.harness import (Report, View, chosen, line, load_payload, median
                                 render_saved, reports_dir)
 
 METHODS = ("in_memory", "chunked", "dgl")
-COLUMNS = ("nodes", "edges", "parts", "method", "edge_cut", "edge_cut_ratio", "node_balance",
-           "train_balance", "wall_s", "peak_rss_mb", "job_memory_mb", "cut_vs_in_memory",
-           "time_vs_dgl", "rss_vs_in_memory", "assigner", "repeats")
-KEY = ("nodes", "parts", "method")
+COLUMNS = ("nodes", "edges", "parts", "method", "memory_mb", "edge_cut", "edge_cut_ratio",
+           "node_balance", "train_balance", "wall_s", "peak_rss_mb", "job_memory_mb",
+           "cut_vs_in_memory", "time_vs_dgl", "rss_vs_in_memory", "assigner", "repeats")
+KEY = ("nodes", "parts", "method", "memory_mb")
 TITLE = "Partitioning: in-memory vs streamed (chunked) pipeline vs DGL partition_graph"
 FEAT_DIM = 128
-# size name -> (nodes, parts, repeats, methods run). In-memory and DGL load the whole graph:
-# at 10M nodes (5 GB of features) they need more than this 24 GiB host holds (their peaks at
-# 1M and 4M grow linearly with the graph).
-FULL = {"1M": (1_000_000, (2, 4), 2, METHODS), "4M": (4_000_000, (2, 4), 1, METHODS),
-        "10M": (10_000_000, (2, 4), 1, ("chunked",))}
-QUICK = {"20k": (20_000, (2,), 1, METHODS)}
-CHUNKED_SETTINGS = {"memory_mb": 5120, "workers": 2}  # the streamed pipeline's budget
+# size name -> (nodes, parts, repeats, methods run). A method is ("chunked", partition.memory_mb)
+# for the streamed pipeline: at 1M nodes both a budget METIS fits in and one it does not (the
+# coarsened assignment), at 4M and 10M 5 GiB (coarsened: METIS would need more). In-memory and
+# DGL load the whole graph: at 10M nodes (5 GB of features) they need more than this 24 GiB
+# host holds (their peaks at 1M and 4M grow linearly with the graph).
+WHOLE = ("in_memory", "dgl")
+FULL = {"1M": (1_000_000, (2, 4), 2, (*WHOLE, ("chunked", 1024), ("chunked", 5120))),
+        "4M": (4_000_000, (2, 4), 1, (*WHOLE, ("chunked", 5120))),
+        "10M": (10_000_000, (2, 4), 1, (("chunked", 5120),))}
+QUICK = {"20k": (20_000, (2,), 1, (*WHOLE, ("chunked", 5120)))}
+WORKERS = 2  # partition.workers of the streamed pipeline
 
 
-def _config_args(data: Path, parts: int, pipeline: str, out: Path) -> list[str]:
+def _config_args(data: Path, parts: int, pipeline: str, out: Path,
+                 memory_mb: int | None = None) -> list[str]:
     """``python -m partition`` arguments partitioning the chunked folder ``data``."""
     sets = {"dataset.name": "chunked", "dataset.path": str(data), "partition.num_parts": parts,
             "partition.pipeline": pipeline}
     if pipeline == "streamed":
-        sets.update({f"partition.{k}": v for k, v in CHUNKED_SETTINGS.items()})
+        sets.update({"partition.memory_mb": memory_mb, "partition.workers": WORKERS})
     args = ["--config", "configs/default.yaml", "--out", str(out), "--force"]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
@@ -79,7 +84,8 @@ def measure(spec: dict) -> dict:
     else:
         pipeline = "streamed" if spec["method"] == "chunked" else "in_memory"
         cmd = [sys.executable, "-m", "partition",
-               *_config_args(Path(spec["data"]), spec["parts"], pipeline, out)]
+               *_config_args(Path(spec["data"]), spec["parts"], pipeline, out,
+                             spec.get("memory_mb"))]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     t0 = time.perf_counter()
     with JobMemory() as mem:
@@ -162,11 +168,12 @@ def _plot(rows: list[dict], fig) -> None:
     for i, (col, title) in enumerate((("peak_rss_mb", "largest process's peak RSS, MiB"),
                                       ("wall_s", "wall time, s"))):
         ax = fig.add_subplot(1, 2, i + 1)
-        for m in METHODS:
-            for parts in sorted({r["parts"] for r in rows}):
-                rs = sorted((r for r in rows if r["method"] == m and r["parts"] == parts),
-                            key=lambda r: r["nodes"])
-                line(ax, rs, "nodes", col, KEY, "o-", label=f"{m}, {parts} parts")
+        series = sorted({(r["method"], r.get("memory_mb") or 0, r["parts"]) for r in rows})
+        for m, budget, parts in series:
+            rs = sorted((r for r in rows if (r["method"], r.get("memory_mb") or 0, r["parts"])
+                         == (m, budget, parts)), key=lambda r: r["nodes"])
+            label = f"{m}{f' {budget} MiB' if budget else ''}, {parts} parts"
+            line(ax, rs, "nodes", col, KEY, "o-", label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("nodes (avg degree 10, 128 features)")
@@ -177,12 +184,13 @@ def _plot(rows: list[dict], fig) -> None:
 def _notes(payload: dict) -> list[str]:
     """Targets and what each column measures."""
     records, notes = payload["records"], []
-    by = {(r["nodes"], r["parts"], r["method"]): r for r in records}
+    by = {(r["nodes"], r["parts"], r["method"], r.get("memory_mb")): r for r in records}
     checks = []
-    for (n, p, m), r in sorted(by.items()):
+    for (n, p, m, budget), r in sorted(by.items(), key=lambda kv: str(kv[0])):
         if m != "chunked":
             continue
-        line_ = f"{n:,} nodes / {p} parts: {r['wall_s']:.0f} s, peak {r['peak_rss_mb']:.0f} MiB"
+        line_ = (f"{n:,} nodes / {p} parts, budget {budget} MiB ({r.get('assigner')}): "
+                 f"{r['wall_s']:.0f} s, peak {r['peak_rss_mb']:.0f} MiB")
         if r.get("cut_vs_in_memory") is not None:
             line_ += (f", cut {r['cut_vs_in_memory']:.3f}x in-memory, peak "
                       f"{r['rss_vs_in_memory']:.2f}x in-memory")
@@ -200,7 +208,8 @@ def _notes(payload: dict) -> list[str]:
         "reading included); peak_rss_mb = the largest VmHWM of its processes; job_memory_mb = "
         "peak summed PSS of its processes, sampled every 0.2 s; edge cut = directed edges whose "
         "endpoints lie in different parts, recomputed for every method from its files. "
-        f"Chunked settings: {CHUNKED_SETTINGS}; OMP_NUM_THREADS="
+        f"Chunked: partition.workers={WORKERS}, partition.memory_mb as the column says; "
+        f"OMP_NUM_THREADS="
         f"{payload.get('omp_num_threads')}; medians over `repeats` fresh processes.")
     return notes
 
@@ -213,19 +222,21 @@ def render(quick: bool = False) -> Path:
     return render_saved(VIEW, quick)
 
 
-def _rows(nodes: int, parts: int, runs: dict[str, list[dict]], repeats: int) -> list[dict]:
+def _rows(nodes: int, parts: int, runs: dict, repeats: int) -> list[dict]:
     """One row per method from its repeats (medians), with the ratios against the others."""
     rows = {}
-    for m, rs in runs.items():
+    for method, rs in runs.items():
+        m, budget = method if isinstance(method, tuple) else (method, None)
         row = {"nodes": rs[0]["nodes"], "edges": rs[0]["edges"], "parts": parts, "method": m,
-               "repeats": repeats, "assigner": rs[0].get("assigner") if m == "chunked" else None}
+               "memory_mb": budget, "repeats": repeats,
+               "assigner": rs[0].get("assigner") if m == "chunked" else None}
         for k in ("edge_cut", "edge_cut_ratio", "node_balance", "train_balance", "wall_s",
                   "peak_rss_mb", "job_memory_mb"):
             row[k] = median(r[k] for r in rs)
         row["edge_cut"] = int(row["edge_cut"])
         row["wall_s_all"] = [round(r["wall_s"], 1) for r in rs]
         row["peak_rss_mb_all"] = [round(r["peak_rss_mb"]) for r in rs]
-        rows[m] = row
+        rows[method] = row
     for row in rows.values():
         mem, dgl = rows.get("in_memory"), rows.get("dgl")
         row["cut_vs_in_memory"] = row["edge_cut"] / mem["edge_cut"] if mem else None
@@ -246,7 +257,11 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
     if len(sizes) < len(every) and (reports_dir(quick) / "partition.json").is_file():
         saved = load_payload(VIEW.name, quick)
         kept = {every[k][0] for k in every if k not in sizes}
-        report.records.extend(r for r in saved["records"] if r["nodes"] in kept)
+        for r in saved["records"]:
+            if r["nodes"] in kept:  # runs before the budget column: the chunked rows had 5120
+                if r["method"] == "chunked" and r.get("memory_mb") is None:
+                    r["memory_mb"] = 5120
+                report.records.append(r)
         report.extra["carried"] = {**saved.get("carried", {}), **{
             k: saved.get("carried", {}).get(k, saved["env"]["date"]) for k in every
             if k not in sizes}}
@@ -255,14 +270,16 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
         for name, (nodes, parts_list, repeats, methods) in sizes.items():
             data = _generate(name, nodes, Path(tmpd) if quick else cache, quick)
             for parts in parts_list:
-                runs: dict[str, list[dict]] = {m: [] for m in methods}
+                runs: dict = {m: [] for m in methods}
                 for rep in range(repeats):  # methods interleaved so drift hits all alike
                     for m in methods:
-                        out = Path(tmpd) / f"{m}-{nodes}-{parts}-{rep}"
-                        print(f"{name} {parts} parts: {m} (repeat {rep + 1}/{repeats}) ...",
-                              flush=True)
-                        runs[m].append(_spawn({"data": str(data), "method": m, "parts": parts,
-                                               "out": str(out)}))
+                        method, budget = m if isinstance(m, tuple) else (m, None)
+                        out = Path(tmpd) / f"{method}-{nodes}-{parts}-{rep}"
+                        print(f"{name} {parts} parts: {method} {budget or ''} (repeat "
+                              f"{rep + 1}/{repeats}) ...", flush=True)
+                        runs[m].append(_spawn({"data": str(data), "method": method,
+                                               "parts": parts, "out": str(out),
+                                               "memory_mb": budget}))
                         shutil.rmtree(out, ignore_errors=True)
                 for row in _rows(nodes, parts, runs, repeats):
                     report.add(row)

@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     source = partition_source(cfg)
     p = cfg.partition
     if pipeline(cfg) == "streamed":
-        from dsgraph.data import open_chunked_dataset
+        from dsgraph.data.chunked import open_dataset
         from dsgraph.partition.streamed import partition_streamed
-        graph = open_chunked_dataset(cfg.dataset)
+        graph = open_dataset(cfg.dataset)
         print(f"partitioning {graph} into {p.num_parts} parts with {p.method}, streamed ...",
               flush=True)
         try:

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from dsgraph.lazy import lazy_exports
 
-_EXPORTS = {"load_graph": "graphs", "open_chunked_dataset": "graphs", "GRAPH_KEYS": "graphs"}
+_EXPORTS = {"load_graph": "graphs", "GRAPH_KEYS": "chunks"}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -22,6 +22,9 @@ import numpy as np
 if TYPE_CHECKING:
     import dgl
 
+# The node keys a training graph holds (every dataset's loader provides them).
+GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+
 
 @dataclass(frozen=True)
 class NodeKey:

@@ -6,10 +6,9 @@ labels (float32, nodes x columns)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import dgl
-import numpy as np
 
 from dsgraph.config import DatasetConfig
 from dsgraph.data.cache import cached, param_hash
@@ -20,10 +19,7 @@ from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
 
-if TYPE_CHECKING:
-    from dsgraph.data.chunked import ChunkedGraph
-
-GRAPH_KEYS = ("feat", "label", "train_mask", "val_mask", "test_mask")
+from dsgraph.data.chunks import GRAPH_KEYS
 # DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
 NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
@@ -35,7 +31,8 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg, task)
     elif cfg.name == "chunked":
-        g = open_chunked_dataset(cfg).to_dgl()
+        from dsgraph.data.chunked import open_dataset  # pyarrow: only for chunked folders
+        g = open_dataset(cfg).to_dgl()
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
     else:
@@ -45,25 +42,6 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
         raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes()} nodes gives no "
                         f"training node; raise dataset.train_frac or dataset.num_nodes")
     return g
-
-
-def open_chunked_dataset(cfg: DatasetConfig) -> "ChunkedGraph":
-    """The chunked graph folder ``cfg.path``, checked to hold every node key training reads,
-    with labels of the kind ``cfg.target`` names (nothing is read but headers)."""
-    from dsgraph.data.chunked import open_chunked
-    graph = open_chunked(cfg.path)
-    keys = {k.name: k for k in graph.node_keys()}
-    missing = [k for k in GRAPH_KEYS if k not in keys]
-    if missing:
-        raise DataError(f"{cfg.path}: node_data has no {missing[0]!r}; expected "
-                        f"{', '.join(GRAPH_KEYS)} (python -m partition.chunk writes them)")
-    label = keys["label"]
-    floating = np.dtype(label.dtype).kind == "f"
-    if floating != (cfg.target != "class"):
-        wanted = "integer class ids" if cfg.target == "class" else "float targets"
-        raise DataError(f"{cfg.path}: node_data 'label' is {np.dtype(label.dtype).name}; "
-                        f"dataset.target {cfg.target!r} expects {wanted}")
-    return graph
 
 
 def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import warnings
 
-import dgl
 import numpy as np
 import pymetis
 import scipy.sparse as sp
-import torch
 
 # Training nodes per part at most this times their mean: balance_train's promise of equal shares.
 TRAIN_BALANCE = 1.01
@@ -21,6 +19,9 @@ def symmetric_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> sp.csr_ma
     than scipy's ``coo.tocsr()``, whose duplicate summing sorts every row. Rows are not sorted
     (METIS does not need them sorted).
     """
+
+    import dgl  # here, not at the top: the streamed assignment imports this module and must
+    import torch  # not pay DGL's and torch's ~0.5 GB of resident libraries for nothing
 
     keep = src != dst
     s, d = src[keep], dst[keep]
