@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     source = partition_source(cfg)
     p = cfg.partition
     if pipeline(cfg) == "streamed":
-        from dsgraph.data.chunked import open_dataset
+        from dsgraph.data.chunked_dataset import open_dataset
         from dsgraph.partition.streamed import partition_streamed
         graph = open_dataset(cfg.dataset)
         print(f"partitioning {graph} into {p.num_parts} parts with {p.method}, streamed ...",

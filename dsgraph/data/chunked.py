@@ -23,7 +23,7 @@ from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, NodeF
                                      edge_file_rows, even_sizes, fixed_sizes, npy_blocks, npy_info,
                                      parquet_blocks, parquet_layout, read_edge_file, rechunk,
                                      write_edge_file, write_node_blocks)
-from dsgraph.data.chunks import GRAPH_KEYS, GraphChunks, NodeKey, iter_edges
+from dsgraph.data.chunks import GraphChunks, NodeKey, iter_edges
 from dsgraph.errors import DataError, UserError
 from dsgraph.fsutil import atomic_dir, storage_errors
 
@@ -397,20 +397,3 @@ def write_graph_chunks(source: GraphChunks, out: str | os.PathLike, *,
                         (np.empty((0, *k.row_shape), dtype=k.dtype),)) for k in keys]
     blocks = ({k.name: col[0] for k, col in zip(keys, cols)} for cols in zip(*columns))
     return write_chunked(out, n, edges, blocks if keys else [], **format_kwargs)
-
-
-def open_dataset(cfg: Any) -> ChunkedGraph:
-    """The chunked graph folder of a ``dataset`` config section, checked to hold every node key
-    training reads, with labels of the kind ``cfg.target`` names (only headers are read)."""
-    graph = open_chunked(cfg.path)
-    keys = {k.name: k for k in graph.node_keys()}
-    missing = [k for k in GRAPH_KEYS if k not in keys]
-    if missing:
-        raise DataError(f"{cfg.path}: node_data has no {missing[0]!r}; expected "
-                        f"{', '.join(GRAPH_KEYS)} (python -m partition.chunk writes them)")
-    dtype = np.dtype(keys["label"].dtype)
-    if (dtype.kind == "f") != (cfg.target != "class"):
-        wanted = "integer class ids" if cfg.target == "class" else "float targets"
-        raise DataError(f"{cfg.path}: node_data 'label' is {dtype.name}; dataset.target "
-                        f"{cfg.target!r} expects {wanted}")
-    return graph

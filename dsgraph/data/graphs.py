@@ -31,7 +31,7 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg, task)
     elif cfg.name == "chunked":
-        from dsgraph.data.chunked import open_dataset  # pyarrow: only for chunked folders
+        from dsgraph.data.chunked_dataset import open_dataset  # pyarrow: only for chunked folders
         g = open_dataset(cfg).to_dgl()
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
