@@ -262,9 +262,9 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
                 if r["method"] == "chunked" and r.get("memory_mb") is None:
                     r["memory_mb"] = 5120
                 report.records.append(r)
-        report.extra["carried"] = {**saved.get("carried", {}), **{
-            k: saved.get("carried", {}).get(k, saved["env"]["date"]) for k in every
-            if k not in sizes}}
+        # each carried size keeps the date of the run that measured it
+        report.extra["carried"] = {k: saved.get("carried", {}).get(k, saved["env"]["date"])
+                                   for k in every if k not in sizes}
     cache = Path(os.environ.get("DSGRAPH_BENCH_CACHE", "data"))
     with tempfile.TemporaryDirectory(prefix="dsgraph-bench-part-") as tmpd:
         for name, (nodes, parts_list, repeats, methods) in sizes.items():
