@@ -87,7 +87,8 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
      "task.class_weights: task 'node_regression' has no classes to weight; expected 'none', "
      "got 'balanced'"),
     (["train.mode=dsmpnn", "dataset.name=darcy", "dataset.target=regression"],
-     "dataset.target: dataset 'darcy' does not read it (only synthetic, file, csv, ogb do); "
+     "dataset.target: dataset 'darcy' does not read it (only synthetic, file, csv, ogb, "
+     "chunked do); "
      "remove it or set dataset.name, got 'regression'"),
 ])
 def test_task_config_errors_are_one_line_naming_the_key(sets, message):
