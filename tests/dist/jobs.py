@@ -15,11 +15,9 @@ import contextlib
 import importlib
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.harness import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "configs" / "default.yaml"
@@ -37,12 +35,6 @@ DARCY_TINY = ("physics.resolution=24", "physics.train_samples=8", "physics.test_
               # Cosine decay depends on train.epochs, which a resume extends; a constant rate
               # keeps resumed and uninterrupted runs comparable.
               "train.lr_schedule=constant")
-
-
-def cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``python -m module *args`` from the repository root in its own session (killed whole if
-    it overruns, so no process of the job outlives the test)."""
-    return run_cli(module, args, timeout=timeout)
 
 
 def _set_args(*overrides: str) -> list[str]:
