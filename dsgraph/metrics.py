@@ -17,7 +17,7 @@ _COLUMNS = ("epoch", "loss", "train_acc", "val_acc", "val_rmse", "val_rocauc", "
             "test_rmse", "test_rel_l2")
 _FINAL = ("test_acc", "val_acc", "test_macro_f1", "test_rmse", "test_mae", "test_r2", "val_rmse",
           "test_rocauc", "val_rocauc", "test_micro_f1", "test_mrr", "val_mrr", "test_rel_l2",
-          "epochs", "wall_s", "peak_rss_mb", "num_workers", "num_parts")
+          "epochs", "wall_s", "peak_rss_mb", "job_memory_mb", "num_workers", "num_parts")
 CHECKSUM = "sha256"  # metrics.json's key holding the digest of the rest
 
 

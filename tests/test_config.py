@@ -223,6 +223,10 @@ def test_nested_set_into_a_scalar_is_one_line_error(tmp_path):
     ("physics:\n  grad_clip: 1\n", "physics.grad_clip: this key is now train.grad_clip"),
     ("sar:\n  chunk_rows: 64\n", "sar.chunk_rows: this key is now seqagg.chunk_rows"),
     ("train:\n  task: node_regression\n", "train.task: this key is now task.name"),
+    ("sampled:\n  remote_cache_mb: 64\n", "sampled.remote_cache_mb: this key was replaced by "
+     "sampled.feature_memory_mb (one budget for every remote row a trainer holds)"),
+    ("sampled:\n  copy_own_features: true\n", "sampled.copy_own_features: this key was "
+     "removed: own rows are read from shared memory, never copied"),
 ])
 def test_moved_keys_say_where_they_went(tmp_path, text, message):
     p = write(tmp_path, text)

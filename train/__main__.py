@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dsgraph import config as config_mod
+from dsgraph.cluster.memwatch import forget_last_job, last_job
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
@@ -37,6 +38,7 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
     if prepared is None:
         prepared = strategy.prepare(cfg)
     args = [*(["--resume"] if resume else []), *worker_args]
+    forget_last_job()  # the job's supervisor publishes its memory figures when it ends
     try:
         peaks = strategy.launch(cfg, run.path, prepared, WORKER, args)
     finally:
@@ -45,8 +47,12 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
         run.remove_temp_files()
     # The supervisor samples every process; the workers' own high-water marks catch short peaks.
     own = read_summary(run.path).get("peak_rss_mb", 0.0)
+    # job_memory_mb: the peak of the summed PSS of the job's processes (shared memory once)
+    job = last_job() or {}
     return update_summary(run.path, wall_s=time.perf_counter() - t0,
-                          peak_rss_mb=max([own, *peaks.values()]), peak_rss_mb_per_process=peaks)
+                          peak_rss_mb=max([own, *peaks.values()]), peak_rss_mb_per_process=peaks,
+                          job_memory_mb=job.get("job_memory_mb"),
+                          pss_mb_per_process_at_job_peak=job.get("pss_mb_per_process_at_job_peak"))
 
 
 @cli_main

@@ -1,8 +1,9 @@
 """``train.mode: sampled``: mini-batches sampled from DistGraph servers' partitions, DDP.
 
-Each trainer reads its partition's nodes from shared memory and, from a local cache, the
-partition's halo rows (``sampled.cache_halo``) and the most-connected remote rows that fit
-``sampled.remote_cache_mb``; the rest travels over RPC. With ``sampled.rematerialize``
+Each trainer reads its partition's nodes from shared memory and, from a cache of at most
+``sampled.feature_memory_mb`` (quantized to ``sampled.feature_cache_bits``), the remote rows
+read most in mini-batches pre-sampled before training (:mod:`dsgraph.distgraph.features`); the
+rest travels over RPC. With ``sampled.rematerialize``
 the first block's sources are pulled and aggregated one owning partition at a time and rebuilt
 in backward (:mod:`dsgraph.remat`, chunks of ``seqagg.chunk_rows`` rows). With
 ``sampled.local_sampling`` every frontier node whose in-edges the trainer's partition graph stores
@@ -34,7 +35,7 @@ from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.distgraph.evaluate import node_outputs, split_metrics
-from dsgraph.distgraph.features import CachedFeatures
+from dsgraph.distgraph.features import CachedFeatures, feature_cache
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import ConfigError
@@ -43,6 +44,10 @@ from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph import remat
 from dsgraph.trainer import Strategy, Trainer
+
+
+# Mini-batches sampled before training to rank remote rows by how often they are read.
+PRESAMPLE_BATCHES = 32
 
 
 def check_fanouts(cfg: Config, model: nn.Module) -> None:
@@ -110,21 +115,21 @@ class SampledStrategy(Strategy):
                       for name in ("train", "val", "test")}
         conf = Path(os.environ["DGL_CONF_PATH"])
         self.task.check_labels(g.ndata["label"].dtype, str(conf))
-        self.label = CachedFeatures(g, "label", cache_halo=False)  # seeds are mostly owned
+        self.label = CachedFeatures(g, "label")  # seeds are mostly owned: no cache
         self.task.bind(self._label_width(json.loads(conf.read_text())),
                        lambda: self.task.target(self.label[self.split["train"]]))
         model = trainer.build_model(g.ndata["feat"].shape[1],
                                     self.task.head_width(self.task.width))
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
         s = self.cfg.sampled
-        self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
-                                   s.copy_own_features)
         if self.cfg.sampled.rematerialize:
             remat.install(model)
         index = LocalIndex.build(g) if self.cfg.sampled.local_sampling else None
         self.sampler = dgl.dataloading.NeighborSampler(self.cfg.sampled.fanouts) if index is None \
             else LocalHaloSampler(self.cfg.sampled.fanouts, index)
         self.counter = SampleCounter(g, index)
+        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine,
+                                  lambda: self._presample(trainer.rank))
         # A rematerialized forward pulls rows over RPC itself: no second thread on DGL's
         # client. Sampler processes already sample ahead.
         self.ahead = Prefetcher(0 if s.rematerialize or self.cfg.cluster.samplers_per_trainer
@@ -191,6 +196,18 @@ class SampledStrategy(Strategy):
                 # of the feature rows owned by another partition, the share the cache served
                 "cache_hit_rate": total[8] / foreign if foreign else None}
 
+    def _presample(self, rank: int) -> Iterator[torch.Tensor]:
+        """Input nodes of :data:`PRESAMPLE_BATCHES` mini-batches of this trainer's training
+        seeds, sampled as training samples them (the cache's ``frequency`` policy)."""
+        seeds = self.split["train"]
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, 0, rank)
+        order = seeds[torch.randperm(seeds.numel(),
+                                     generator=torch.Generator().manual_seed(seed))]
+        order = order[:PRESAMPLE_BATCHES * self.cfg.sampled.batch_size]
+        dgl.seed(seed)
+        for input_nodes, _, _ in self.sample(order):
+            yield input_nodes
+
     def sample(self, order: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor, list]]:
         """(input nodes, seeds, blocks) of consecutive ``batch_size`` slices of ``order``.
 
@@ -245,8 +262,10 @@ class SampledStrategy(Strategy):
     def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Partitions and the median throughput (the first epoch, warm-up, left out)."""
         rates = [r["samples_per_s"] for r in records]
+        cache_mb = dist.all_max([self.feat.cache_bytes / 2**20])[0]
         return {"num_parts": int(self.pb.num_partitions()),
-                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0}
+                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
+                "feature_cache_mb": cache_mb}  # the largest trainer's cache, ids included
 
     def close(self, trainer: Trainer) -> None:
         """Stop the prefetch thread; say goodbye to the servers (they exit once every trainer

@@ -29,7 +29,7 @@ from torch import nn
 from dsgraph import checkpoint, dist, remat
 from dsgraph.compress import compression_context
 from dsgraph.distgraph.evaluate import node_outputs, read_all
-from dsgraph.distgraph.features import CachedFeatures
+from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
 from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch
 from dsgraph.distgraph.local_sampler import LocalIndex, SampleCounter, local_frontier
@@ -72,8 +72,8 @@ class LinkSampledStrategy(SampledStrategy):
         check_fanouts(self.cfg, model)
         model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
         s = self.cfg.sampled
-        self.feat = CachedFeatures(g, "feat", s.cache_halo, s.remote_cache_mb,
-                                   s.copy_own_features)
+        # edge batches are not pre-sampled: remote rows are ranked by degree
+        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine)
         if s.rematerialize:
             remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None

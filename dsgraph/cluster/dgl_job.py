@@ -17,7 +17,9 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
                 trainer_args: Sequence[str] = (), timeout_s: float = 1800.0,
                 stock: bool = False) -> dict[str, float]:
     """Run servers + trainers (``python -m trainer_module --run-dir RUN *trainer_args``) for
-    ``part_config``; return each process's peak RSS in MiB.
+    ``part_config``; return each process's peak RSS in MiB. The job's memory (peak summed PSS,
+    so the servers' shared-memory partitions count once) and each process's PSS at that peak
+    are :func:`dsgraph.cluster.memwatch.last_job` once this returns (or raises).
 
     ``stock=True`` runs DGL's own single-host path with no patches (for comparison benchmarks;
     it is only correct with one partition). Its segments carry no job token: the supervisor

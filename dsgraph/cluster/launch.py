@@ -102,11 +102,15 @@ class Launcher:
             if beats_here:  # the wrapped command carries its own environment
                 env.update(self.supervisor.heartbeat_env(name))
             argv = remote_argv(machine, self.cluster, argv, env)
+        # a process in a network namespace is a local pid; over ssh the pid is the client's
         self.supervisor.spawn(name, argv, env, required=required, echo=echo,
-                              beats=beats_here)
+                              beats=beats_here, local=beats_here)
 
     def wait(self) -> dict[str, float]:
-        """Wait for every required process (raise JobFailed on a fault); peak RSS per process."""
+        """Wait for every required process (raise JobFailed on a fault); peak RSS per process.
+
+        The job's memory (summed PSS) is ``self.supervisor.memory`` (:mod:`.memwatch`), and
+        :func:`~dsgraph.cluster.memwatch.last_job` once the launcher has exited."""
         self.supervisor.wait()
         return dict(self.supervisor.peak_rss_mb)
 
@@ -116,7 +120,8 @@ def run_workers(run_dir: Path, cluster: ClusterConfig, module: str, num_workers:
                 name: str = "worker") -> dict[str, float]:
     """Run ``python -m module --run-dir RUN *args`` as ``num_workers`` gloo ranks, rank r on
     machine r (``cluster.ip_config``/``netns``, or all on this host); rank 0's output is echoed.
-    Returns each process's peak RSS in MiB; raises JobFailed on a fault."""
+    Returns each process's peak RSS in MiB (the job's summed PSS:
+    :func:`dsgraph.cluster.memwatch.last_job`); raises JobFailed on a fault."""
     machines = plan_machines(cluster, num_workers)
     with Launcher(run_dir, cluster, timeout_s) as launcher:
         for rank, machine in enumerate(machines):

@@ -4,7 +4,8 @@ a hang, a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-
 A hang is a live process that made no progress for ``heartbeat_s``: stopped (SIGSTOP, a
 debugger) or its heartbeat silent (:mod:`.heartbeat`); it is named as the job's fault. Rank 0's
 output is echoed to the console without its traceback blocks (:mod:`.console`; the log keeps
-everything); why a process failed is read from its log (:mod:`.logs`).
+everything); why a process failed is read from its log (:mod:`.logs`); memory, and why a
+SIGKILL likely means out of memory: :mod:`.memwatch`.
 
 However the launcher itself ends, its processes end with it: each gets the parent-death signal
 (:mod:`.lifeline`), and a reaper process (:mod:`.reaper`) kills what is left and removes the
@@ -26,9 +27,9 @@ from typing import Sequence
 from dsgraph.cluster import heartbeat, lifeline, shm
 from dsgraph.cluster.console import tee
 from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
+from dsgraph.cluster.memwatch import MemoryWatch, oom_hint
 from dsgraph.cluster.reaper import light_env
 from dsgraph.errors import JobFailed, UserError
-from dsgraph.procstats import peak_rss_mb
 
 # How often the supervisor looks for processes that make no progress.
 _CHECK_EVERY_S = 0.5
@@ -46,6 +47,7 @@ class Proc:
     beat: Path | None = field(default=None)  # its heartbeat file (None: it does not beat here)
     stopped_since: float | None = field(default=None)  # wall-clock time first seen stopped
     hush: threading.Event | None = field(default=None)  # set: its echo stops (the log goes on)
+    local: bool = field(default=True)  # its pid is the process itself (not an ssh client)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ class Supervisor:
         self._checked = time.time()  # the last look at the processes' progress
         self._judge_from = self._checked  # silence before this moment is not held against anyone
         self.procs: list[Proc] = []
-        self.peak_rss_mb: dict[str, float] = {}
+        self.memory = MemoryWatch()
+        self.peak_rss_mb = self.memory.peak_rss_mb  # per process, MiB
+        self._stopping = False  # shutdown began: a SIGKILL from here on may be its own
         self.start = time.monotonic()
         self._old_sigterm = None
         self._threads: list[threading.Thread] = []
@@ -159,12 +163,14 @@ class Supervisor:
         return self.log_dir / f"{name}{heartbeat.SUFFIX}"
 
     def spawn(self, name: str, argv: Sequence[str], env: dict[str, str], required: bool = True,
-              cwd: str | None = None, echo: bool = False, beats: bool = True) -> Proc:
+              cwd: str | None = None, echo: bool = False, beats: bool = True,
+              local: bool = True) -> Proc:
         """Start ``argv`` in a new session (own process group), output to ``<log_dir>/<name>.log``.
 
         ``echo`` also copies the output to this process's stderr (rank 0's progress bar), less
         traceback blocks. ``beats``: the process can write its heartbeat file here (it runs
-        on this host or shares its filesystem); a silent one is then a hang.
+        on this host or shares its filesystem); a silent one is then a hang. ``local``: its pid
+        is the process (its memory can be read here), not an ssh client's.
         The process dies with this one (parent-death signal, and the reaper).
         """
         log = self.log_dir / f"{name}.log"
@@ -181,7 +187,7 @@ class Supervisor:
                                      preexec_fn=partial(lifeline.child_setup, os.getpid()))
         self._tell_reaper(f"pid {popen.pid}")
         proc = Proc(name, popen, log, required, beat=beat,
-                    hush=threading.Event() if echo else None)
+                    hush=threading.Event() if echo else None, local=local)
         if echo:
             t = threading.Thread(target=tee, args=(popen.stdout, log, self._echo, proc.hush),
                                  daemon=True)
@@ -191,15 +197,12 @@ class Supervisor:
         return proc
 
     def _sample(self) -> None:
-        for p in self.procs:
-            if p.popen.poll() is None:
-                mb = peak_rss_mb(p.popen.pid)  # 0 once the process is gone
-                self.peak_rss_mb[p.name] = max(mb, self.peak_rss_mb.get(p.name, 0.0))
-                if self._shm_before is not None:
-                    for name in shm.mapped_segments(p.popen.pid) - self._shm_before \
-                            - self._shm_seen:
-                        self._shm_seen.add(name)
-                        self._tell_reaper(f"shm {name}")
+        live = [p for p in self.procs if p.popen.poll() is None]
+        self.memory.sample((p.name, p.popen.pid, p.local) for p in live)
+        for p in live if self._shm_before is not None else ():
+            for name in shm.mapped_segments(p.popen.pid) - self._shm_before - self._shm_seen:
+                self._shm_seen.add(name)
+                self._tell_reaper(f"shm {name}")
 
     def drain(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for the remaining (non-required) processes to exit by themselves."""
@@ -331,13 +334,13 @@ class Supervisor:
 
         return min(failed, key=rank)
 
-    @staticmethod
-    def describe(p: Proc) -> Exception:
+    def describe(self, p: Proc) -> Exception:
         """The one-line error for process ``p``'s failure."""
         rc = p.popen.returncode
         if rc < 0:  # its log ends wherever the signal hit it: no cause to quote
+            why = oom_hint(-rc, self._stopping, self.memory.last_rss_mb.get(p.name))
             return JobFailed(f"process {p.name} (pid {p.popen.pid}) was killed by "
-                             f"{signal_name(-rc)}; log {p.log}")
+                             f"{signal_name(-rc)}{why}; log {p.log}")
         cause = log_cause(p.log)
         if rc == 2 and cause.startswith("error: "):
             return ProcessUserError(f"{p.name}: {cause[len('error: '):]} (log {p.log})")
@@ -349,6 +352,7 @@ class Supervisor:
 
     def shutdown(self) -> None:
         """SIGTERM every live process group, SIGKILL after the grace period, clean /dev/shm."""
+        self._stopping = True
         live = [p for p in self.procs if p.popen.poll() is None]
         for p in live:  # what a process says while it is being stopped is noise on the console
             if p.hush is not None:
@@ -385,6 +389,7 @@ class Supervisor:
         if self._shm_seen:
             shm.remove_unshared(self._shm_seen, exclude={os.getpid()})
         self._close_reaper()
+        self.memory.publish()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

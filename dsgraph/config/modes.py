@@ -56,12 +56,20 @@ class SampledConfig(ModeSection):
         "layerwise", "`layerwise` (exact full-neighbour inference, needs `forward_layer`) or "
                      "`sampled` (with `fanouts`)")
     eval_batch_size: int = opt(4096, "nodes per evaluation batch", ge=1, cap=MAX_BATCH)
-    cache_halo: bool = opt(True, "each trainer pulls its partition's halo feature rows once "
-                                 "and serves them locally")
-    remote_cache_mb: float = opt(256.0, "MiB per trainer for feature rows beyond the halo owned "
-                                        "by other partitions, pulled once at start: the nodes "
-                                        "with the most out-edges first (0 = halo only)", ge=0,
-                                  cap=2 ** 30)  # 1 PiB: finite, so MiB -> rows cannot overflow
+    feature_memory_mb: Optional[float] = opt(
+        None, "MiB per trainer for feature rows owned by other partitions, held in the trainer "
+              "(`feature_cache_policy` picks which); the trainer's own partition's rows are read "
+              "from its server's shared memory, never copied. null = a quarter of the trainer's "
+              "share of its partition's feature bytes; 0 = none (every remote row over RPC)",
+        ge=0, cap=2 ** 30)  # 1 PiB: finite, so MiB -> rows cannot overflow
+    feature_cache_bits: Literal[32, 8, 4] = opt(
+        8, "bits per cached feature value: 8 or 4 keep rows block-wise quantized (a minimum and "
+           "scale per block of 64 values), decoded per batch, so the budget holds ~4x / ~8x "
+           "the rows; 32 = exact")
+    feature_cache_policy: Literal["frequency", "degree"] = opt(
+        "frequency", "which remote rows the budget holds: `frequency` (most read in "
+                     "mini-batches pre-sampled from the trainer's seeds before training) or "
+                     "`degree` (highest global out-degree)")
     rematerialize: bool = opt(False, "aggregate each batch's fetched source nodes one owning "
                                      "partition at a time and rebuild them in backward (SAR-style)")
     remat_layers: int = opt(1, "with `rematerialize`: the leading layers that run that way; the "
@@ -69,12 +77,8 @@ class SampledConfig(ModeSection):
                                "layer's output in groups of `seqagg.chunk_rows` rows (raise it "
                                "when a later layer's backward sets the peak, as GAT's second)",
                             ge=1, cap=MAX_LAYERS)
-    copy_own_features: bool = opt(True, "each trainer copies its partition's feature rows "
-                                        "next to the remote cache, so a batch's rows are one "
-                                        "gather from one table (costs the partition's feature "
-                                        "bytes once more per trainer)")
     prefetch: int = opt(0, "mini-batches a background thread samples and reads ahead of "
-                           "the one training (0 = none: with the remote cache little RPC is left "
+                           "the one training (0 = none: with the feature cache little RPC is left "
                            "to hide; off with `rematerialize`, whose forward reads rows itself, "
                            "and with sampler processes)", ge=0,
                        cap=256)  # each one a sampled mini-batch held in memory

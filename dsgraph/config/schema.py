@@ -19,11 +19,20 @@ from dsgraph.errors import ConfigError
 MOVED = {
     "train.batch_size": "sampled.batch_size", "train.fanouts": "sampled.fanouts",
     "train.eval": "sampled.eval", "train.eval_batch_size": "sampled.eval_batch_size",
-    "train.cache_halo": "sampled.cache_halo", "sar.eval_every": "train.eval_every",
+    "sar.eval_every": "train.eval_every",
     "sar.timeout_s": "train.collective_timeout_s", "cluster.timeout_s": "train.timeout_s",
     "physics.lr_schedule": "train.lr_schedule", "physics.grad_clip": "train.grad_clip",
     "physics.eval_every": "train.eval_every", "sar.chunk_rows": "seqagg.chunk_rows",
     "train.task": "task.name",
+}
+# Keys that gave way to others: a config that still sets one is told what replaced it.
+_ONE_BUDGET = ("was replaced by sampled.feature_memory_mb (one budget for every remote row a "
+               "trainer holds)")
+REPLACED = {
+    "sampled.cache_halo": _ONE_BUDGET, "sampled.remote_cache_mb": _ONE_BUDGET,
+    "train.cache_halo": _ONE_BUDGET,
+    "sampled.copy_own_features": "was removed: own rows are read from shared memory, never "
+                                 "copied",
 }
 
 
@@ -163,6 +172,8 @@ def build_section(cls: type, data: Any, section: str, src: str) -> Any:
         where = f"{section}.{quote_key(unknown[0])}"
         if where in MOVED:
             raise ConfigError(f"{src}: {where}: this key is now {MOVED[where]}")
+        if where in REPLACED:
+            raise ConfigError(f"{src}: {where}: this key {REPLACED[where]}")
         raise ConfigError(f"{src}: {where}: unknown key; allowed keys: " + ", ".join(sorted(fields)))
     kwargs = {}
     for name, value in data.items():

@@ -206,6 +206,10 @@ class ClusterConfig:
     python: Optional[str] = opt(None, "interpreter on the other hosts (default: this one's "
                                       "path)")
     num_threads: int = opt(1, "torch/OpenMP threads per process", ge=1, cap=MAX_PER_HOST)
+    memory_limit_mb: float = opt(0.0, "MiB the job's processes on one machine may use "
+                                      "together; `python -m train` refuses a job whose memory "
+                                      "plan (`--plan`) exceeds it. 0 = the host's available "
+                                      "memory", ge=0, cap=2 ** 30)
     heartbeat_s: float = opt(60.0, "a job process that makes no progress this long (stopped, "
                                    "or its heartbeat silent) is named as the job's fault and "
                                    "every process is stopped; 0 = off", ge=0,

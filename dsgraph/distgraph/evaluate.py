@@ -3,7 +3,8 @@ the task's evaluation metrics and the per-node outputs ``python -m predict`` exp
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional
+import itertools
+from typing import Any, Iterator, Optional
 
 import dgl
 import torch
@@ -35,16 +36,24 @@ def all_nodes(g) -> torch.Tensor:
                                       g.get_partition_book(), force_even=False)
 
 
-def _to_dist_tensor(g, outs: list[tuple[torch.Tensor, torch.Tensor]]) -> DistTensor:
-    """A new DistTensor over all nodes holding this trainer's rows ``outs`` (collective)."""
-    # A trainer without nodes (more trainers on a machine than its nodes) learns the width from
-    # the others; rows are float32, as DistGraph serves features.
-    width = int(dist.all_max([float(outs[0][1].shape[1]) if outs else 0.0])[0])
-    t = DistTensor((g.num_nodes(), width), outs[0][1].dtype if outs else torch.float32,
-                   persistent=False)
-    for nodes, rows in outs:
-        t[nodes] = rows
-    return t
+def _stream(g, batches: Iterator[tuple[torch.Tensor, ...]], sinks: int) -> list[DistTensor]:
+    """``sinks`` new DistTensors over all nodes holding the rows of ``batches`` (node ids, then
+    one row tensor per sink), written batch by batch so a layer's outputs are never all held in
+    the trainer (collective). A trainer without nodes learns each width from the others; rows
+    are float32, as DistGraph serves."""
+    first = next(batches, None)
+    out = []
+    for i in range(sinks):
+        rows = first[1 + i] if first is not None else None
+        width = int(dist.all_max([float(rows.shape[1]) if rows is not None else 0.0])[0])
+        out.append(DistTensor((g.num_nodes(), width),
+                              rows.dtype if rows is not None else torch.float32,
+                              persistent=False))
+    if first is not None:
+        for nodes, *rows in itertools.chain([first], batches):
+            for t, r in zip(out, rows):
+                t[nodes] = r
+    return out
 
 
 @torch.no_grad()
@@ -62,9 +71,8 @@ def layerwise_outputs(model: nn.Module, g, batch_size: int, hidden: bool = False
     h_in, last_in = g.ndata["feat"], None
     for i in range(model.num_layers):
         loader = DistNodeDataLoader(g, everyone, sampler, batch_size=batch_size, shuffle=False)
-        outs = [(out_nodes, model.forward_layer(i, blocks[0], h_in[in_nodes]))
-                for in_nodes, out_nodes, blocks in loader]
-        h_out = _to_dist_tensor(g, outs)
+        h_out, = _stream(g, ((out_nodes, model.forward_layer(i, blocks[0], h_in[in_nodes]))
+                             for in_nodes, out_nodes, blocks in loader), 1)
         dist.barrier()  # every share written before anyone reads this layer
         if hidden and i == model.num_layers - 1:
             last_in = h_in
@@ -80,15 +88,16 @@ def sampled_outputs(model: nn.Module, g, fanouts: list[int], batch_size: int,
     Collective, as :func:`layerwise_outputs`."""
     sampler = dgl.dataloading.NeighborSampler(fanouts)
     loader = DistNodeDataLoader(g, all_nodes(g), sampler, batch_size=batch_size, shuffle=False)
-    logits, embedding = [], []
     with capture_layer_input(model) if hidden else contextlib.nullcontext([]) as captured:
-        for input_nodes, seeds, blocks in loader:
-            logits.append((seeds, model(blocks, g.ndata["feat"][input_nodes])))
-            if hidden:
-                embedding.append((seeds, captured.pop()[:seeds.numel()]))
-    out = _to_dist_tensor(g, logits), (_to_dist_tensor(g, embedding) if hidden else None)
+        def batches():
+            for input_nodes, seeds, blocks in loader:
+                logits = model(blocks, g.ndata["feat"][input_nodes])
+                yield (seeds, logits, captured.pop()[:seeds.numel()]) if hidden \
+                    else (seeds, logits)
+
+        tensors = _stream(g, batches(), 2 if hidden else 1)
     dist.barrier()
-    return out
+    return tensors[0], (tensors[1] if hidden else None)
 
 
 def read_all(t) -> torch.Tensor:

@@ -1,122 +1,106 @@
-"""Feature reads for sampled training, with rows owned by other partitions cached in the trainer.
+"""Feature reads for sampled training: own rows from shared memory, remote rows from a budgeted
+cache, the rest over RPC.
 
-A trainer's mini-batch inputs are mostly its own partition's nodes (served from shared memory)
-and the partition's halo, the neighbours owned elsewhere. Features are read-only during training,
-so remote rows can be pulled once, in bulk, and served locally ever after: the halo's rows
-(``sampled.cache_halo``) and, within a memory budget (``sampled.remote_cache_mb``), the other
-partitions' nodes with the most out-edges, the ones a neighbour sampler draws most often. Only
-rows outside the cache travel over RPC during training.
-
-With ``copy_own`` (``sampled.copy_own_features``) the trainer also copies its partition's rows
-out of shared memory, in front of the cache, so one ``index_select`` on one table gathers a
-whole batch instead of two gathers merged into the output (``benchmarks/reports/sampled.md``,
-row "own rows not copied"). It costs the partition's feature bytes once more per trainer.
+A trainer's mini-batch inputs are mostly its own partition's nodes and the partition's halo.
+Own rows are gathered straight from the machine's server's shared memory (never copied: a copy
+would cost the partition's feature bytes once more per trainer). Rows owned elsewhere are
+read-only during training, so the ones most likely read (:mod:`dsgraph.distgraph.cache_policy`)
+are pulled once, in bulk, into a cache of at most ``sampled.feature_memory_mb`` (ids included),
+stored block-wise quantized with ``sampled.feature_cache_bits`` 8 or 4
+(:class:`dsgraph.compress.rows.QuantizedRows`) so the budget holds 4-8x the rows. Only rows
+outside the cache travel over RPC during training.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Iterable, Optional
 
-import dgl
 import torch
 
-# Remote nodes whose out-degree one RPC asks for (bounds the transient id and degree tensors).
-_DEGREE_CHUNK = 1 << 20
+from dsgraph.compress.rows import QuantizedRows, row_nbytes
+from dsgraph.distgraph import cache_policy
+from dsgraph.distgraph.budget import feature_budget_bytes
+
+_ID_BYTES = 8  # the cache's sorted int64 id per row, counted in the budget
+_PULL_ROWS = 1 << 16  # rows per bulk pull (bounds the transient float32 chunk)
+
+
+class ExactRows:
+    """Float rows kept as they are (``feature_cache_bits: 32``), with QuantizedRows' API."""
+
+    def __init__(self, num_rows: int, width: int, dtype: torch.dtype) -> None:
+        self.table = torch.empty((num_rows, width), dtype=dtype)
+
+    def write(self, start: int, rows: torch.Tensor) -> None:
+        """Store ``rows`` at table rows ``start``..."""
+        self.table[start:start + rows.shape[0]] = rows
+
+    def gather(self, pos: torch.Tensor) -> torch.Tensor:
+        """Rows at positions ``pos``."""
+        return self.table.index_select(0, pos)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return self.table.numel() * self.table.element_size()
+
+
+def cache_row_bytes(width: int, bits: int, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes one cached row costs, its id included."""
+    if bits == 32:
+        return width * torch.empty((), dtype=dtype).element_size() + _ID_BYTES
+    return row_nbytes(width, bits) + _ID_BYTES
 
 
 class CachedFeatures:
-    """Read rows of a DistGraph node tensor; rows owned elsewhere come from a local cache when
-    it holds them (the halo's, then the most-connected remote nodes' within ``budget_mb``)."""
+    """Rows of a DistGraph node tensor by global id: this machine's partition's rows from
+    shared memory, cached remote rows (after :meth:`fill`) from the cache, the rest over RPC."""
 
-    def __init__(self, g, name: str = "feat", cache_halo: bool = True,
-                 budget_mb: float = 0.0, copy_own: bool = False) -> None:
+    def __init__(self, g, name: str = "feat") -> None:
         self.tensor = g.ndata[name]
         self.pb = g.get_partition_book()
         self.partid = self.pb.partid
         self.remote_rows = 0  # rows that went over RPC (cache misses), for metrics
         self.cache_hits = 0  # rows owned elsewhere but served from the cache
-        # This machine's partition of the tensor (shared memory): its rows are gathered here
-        # directly instead of through the key-value store's pull (request objects per call).
         self.policy = self.tensor.part_policy
         try:
             self.own_rows = self.tensor.local_partition
         except (KeyError, AttributeError):  # no server of this partition on this machine
             self.own_rows = None
-        local = g.local_partition
-        halo = torch.empty(0, dtype=torch.int64)
-        if cache_halo and local is not None:
-            halo, _ = torch.sort(local.ndata[dgl.NID][local.ndata["inner_node"] == 0])
-        extra = self._most_connected(g, halo, int(budget_mb * 2**20) // self.row_bytes)
-        self.cache_ids, _ = torch.sort(torch.cat([halo, extra]))
-        self.cache = self.tensor[self.cache_ids] if self.cache_ids.numel() else None
-        # One table: own rows (at their shared-memory positions), then the cache.
-        self.table = self.local_rows = None
-        if copy_own and self.own_rows is not None:
-            parts = [self.own_rows] + ([self.cache] if self.cache is not None else [])
-            self.table = torch.cat(parts)
-            self.cache = None  # its rows live in the table now
-            if local is not None:
-                self.local_rows = self._rows_of_partition(local)
+        self.cache_ids = torch.empty(0, dtype=torch.int64)
+        self.cache: Optional[ExactRows | QuantizedRows] = None
+
+    @property
+    def width(self) -> int:
+        """Values per row."""
+        return int(self.tensor.shape[1]) if len(self.tensor.shape) > 1 else 1
 
     @property
     def row_bytes(self) -> int:
-        """Bytes of one row."""
-        width = int(self.tensor.shape[1]) if len(self.tensor.shape) > 1 else 1
-        return width * torch.empty((), dtype=self.tensor.dtype).element_size()
+        """Bytes of one row as served (what a cache miss moves over the network)."""
+        return self.width * torch.empty((), dtype=self.tensor.dtype).element_size()
 
     @property
     def cached_rows(self) -> int:
         """Rows owned by other partitions that this reader serves locally."""
         return int(self.cache_ids.numel())
 
-    def _most_connected(self, g, halo: torch.Tensor, rows: int) -> torch.Tensor:
-        """Up to ``rows`` node ids owned by other partitions and not in ``halo``, highest global
-        out-degree first (every one of them when all fit: no degree is asked for then)."""
-        if rows <= 0:
-            return torch.empty(0, dtype=torch.int64)
-        best_ids = torch.empty(0, dtype=torch.int64)
-        best_deg = torch.empty(0, dtype=torch.int64)
-        chunks = [self._remote_ids(p) for p in range(self.pb.num_partitions())
-                  if p != self.partid]
-        total = sum(int(c.numel()) for c in chunks)
-        every = total - int(halo.numel()) <= rows
-        for ids in chunks:
-            for start in range(0, ids.numel(), _DEGREE_CHUNK):
-                part = ids[start:start + _DEGREE_CHUNK]
-                if halo.numel():
-                    pos = torch.searchsorted(halo, part).clamp_(max=halo.numel() - 1)
-                    part = part[halo[pos] != part]
-                if every:
-                    best_ids = torch.cat([best_ids, part])
-                    continue
-                deg = g.out_degrees(part).to(torch.int64)
-                best_ids, best_deg = torch.cat([best_ids, part]), torch.cat([best_deg, deg])
-                if best_ids.numel() > rows:
-                    keep = torch.topk(best_deg, rows, sorted=False).indices
-                    best_ids, best_deg = best_ids[keep], best_deg[keep]
-        return best_ids
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes the cache holds, ids included."""
+        held = self.cache.nbytes if self.cache is not None else 0
+        return held + self.cache_ids.numel() * _ID_BYTES
 
-    def _rows_of_partition(self, local) -> Optional[torch.Tensor]:
-        """For each local id of the partition graph ``local``, its row in :attr:`table` (None
-        unless every one of its nodes is owned or cached)."""
-        nid = local.ndata[dgl.NID].to(torch.int64)
-        inner = local.ndata["inner_node"] != 0
-        rows = torch.empty_like(nid)
-        rows[inner] = self.policy.to_local(nid[inner])
-        pos, hit = self._cached(nid[~inner])
-        if hit is not None and not bool(hit.all()):  # a halo row not cached
-            return None
-        rows[~inner] = self.own_rows.shape[0] + pos
-        return rows
-
-    def _remote_ids(self, partid: int) -> torch.Tensor:
-        """Global ids of the nodes partition ``partid`` owns."""
-        return self.pb.partid2nids(partid).to(torch.int64)
-
-    def _own(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows of ids this machine's partition owns."""
-        if self.own_rows is None:
-            return self.tensor[ids]
-        return self.own_rows.index_select(0, self.policy.to_local(ids))
+    def fill(self, ranked: torch.Tensor, budget_bytes: int, bits: int) -> None:
+        """Cache the rows of remote ids ``ranked`` (most wanted first) that fit
+        ``budget_bytes``, stored with ``bits`` bits per value, pulled in bulk now."""
+        fit = max(int(budget_bytes) // cache_row_bytes(self.width, bits, self.tensor.dtype), 0)
+        self.cache_ids = torch.sort(ranked[:fit].to(torch.int64))[0]
+        n = self.cache_ids.numel()
+        self.cache = ExactRows(n, self.width, self.tensor.dtype) if bits == 32 \
+            else QuantizedRows(n, self.width, bits)
+        for start in range(0, n, _PULL_ROWS):
+            rows = self.tensor[self.cache_ids[start:start + _PULL_ROWS]]
+            self.cache.write(start, rows.reshape(rows.shape[0], self.width))
 
     def _cached(self, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Positions in the cache of ``ids`` and a mask of those it holds (None: all)."""
@@ -128,58 +112,69 @@ class CachedFeatures:
         return pos, None if bool(hit.all()) else hit
 
     def by_local_id(self, ids: torch.Tensor, lids: Optional[torch.Tensor]) -> torch.Tensor:
-        """Rows of global ids ``ids`` whose local ids in the partition graph are ``lids`` (None:
-        not known): one gather from the table when it maps the partition graph."""
-        if lids is None or self.local_rows is None:
-            return self[ids]
-        rows = self.local_rows.index_select(0, lids.to(torch.int64))
-        self.cache_hits += int((rows >= self.own_rows.shape[0]).sum())
-        return self.table.index_select(0, rows)
+        """Rows of global ids ``ids`` (``lids``, their local ids in the partition graph, are not
+        needed: own rows are found by global id in shared memory)."""
+        return self[ids]
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` (global node ids), exactly what ``g.ndata[name][ids]`` returns."""
+        """Rows ``ids`` (global node ids), what ``g.ndata[name][ids]`` returns (cached rows as
+        the cache stores them)."""
+        if self.own_rows is None:
+            return self._remote(ids)
         remote = self.pb.nid2partid(ids) != self.partid
         if not bool(remote.any()):
-            return self._own(ids)
-        if self.table is not None:
-            return self._from_table(ids, remote)
-        out = torch.empty((ids.numel(), *self.tensor.shape[1:]), dtype=self.tensor.dtype)
-        lpos = (~remote).nonzero().squeeze(1)
-        if lpos.numel():
-            out.index_copy_(0, lpos, self._own(ids.index_select(0, lpos)))
-        rpos = remote.nonzero().squeeze(1)
-        rids = ids.index_select(0, rpos)
-        pos, hit = self._cached(rids)
-        self._tally(rids.numel(), hit)
-        if hit is None:  # the common case: every remote row cached, no miss to sort out
-            out.index_copy_(0, rpos, self.cache.index_select(0, pos))
-            return out
-        if bool(hit.any()):
-            out.index_copy_(0, rpos[hit], self.cache.index_select(0, pos[hit]))
-        miss = ~hit
-        out.index_copy_(0, rpos[miss], self.tensor[rids[miss]])
-        return out
-
-    def _from_table(self, ids: torch.Tensor, remote: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` gathered from the one table; misses pulled over RPC and put in place."""
-        rows = torch.empty_like(ids)
+            return self.own_rows.index_select(0, self.policy.to_local(ids))
+        # One gather over every position (remote ones read row 0, overwritten below) beats
+        # gathering own rows apart and merging them in.
+        local = torch.zeros_like(ids)
         own = ~remote
-        rows[own] = self.policy.to_local(ids[own])
+        local[own] = self.policy.to_local(ids[own])
+        out = self.own_rows.index_select(0, local)
         rpos = remote.nonzero().squeeze(1)
-        rids = ids.index_select(0, rpos)
-        pos, hit = self._cached(rids)
-        rows[rpos] = pos + self.own_rows.shape[0]
-        self._tally(rids.numel(), hit)
-        if hit is None:
-            return self.table.index_select(0, rows)
-        miss = rpos[~hit]
-        rows[miss] = 0  # any row: overwritten by the pulled one below
-        out = self.table.index_select(0, rows)
-        out.index_copy_(0, miss, self.tensor[ids.index_select(0, miss)])
+        out.index_copy_(0, rpos, self._remote(ids.index_select(0, rpos)))
         return out
 
-    def _tally(self, asked: int, hit: Optional[torch.Tensor]) -> None:
-        """Count ``asked`` rows owned elsewhere as cache hits or misses (``hit`` None: all hit)."""
-        n_hit = int(asked) if hit is None else int(hit.sum())
+    def _decoded(self, pos: torch.Tensor) -> torch.Tensor:
+        """Cache rows at ``pos``, shaped and typed as the served tensor's rows."""
+        rows = self.cache.gather(pos).to(self.tensor.dtype)
+        return rows.reshape(-1, *self.tensor.shape[1:])
+
+    def _remote(self, rids: torch.Tensor) -> torch.Tensor:
+        """Rows of ids ``rids`` owned elsewhere: cached ones decoded, the rest over RPC."""
+        pos, hit = self._cached(rids)
+        n_hit = rids.numel() if hit is None else int(hit.sum())
         self.cache_hits += n_hit
-        self.remote_rows += int(asked) - n_hit
+        self.remote_rows += rids.numel() - n_hit
+        if hit is None:  # the common case: every remote row cached
+            return self._decoded(pos)
+        out = torch.empty((rids.numel(), *self.tensor.shape[1:]), dtype=self.tensor.dtype)
+        if n_hit:
+            hpos = hit.nonzero().squeeze(1)
+            out.index_copy_(0, hpos, self._decoded(pos.index_select(0, hpos)))
+        mpos = (~hit).nonzero().squeeze(1)
+        out.index_copy_(0, mpos, self.tensor[rids.index_select(0, mpos)])
+        return out
+
+
+def feature_cache(g, s: Any, trainers_per_machine: int,
+                  presample: Optional[Callable[[], Iterable[torch.Tensor]]] = None
+                  ) -> CachedFeatures:
+    """The trainer's reader of ``g.ndata["feat"]`` with its cache filled as the ``sampled``
+    section ``s`` says; ``presample`` yields pre-sampled batches' input nodes for the
+    ``frequency`` policy (None: rank by degree)."""
+    feat = CachedFeatures(g, "feat")
+    pb = g.get_partition_book()
+    own = int(pb.partid2nids(pb.partid).numel())
+    budget = feature_budget_bytes(s.feature_memory_mb, own, feat.row_bytes,
+                                  trainers_per_machine)
+    rows = budget // cache_row_bytes(feat.width, s.feature_cache_bits, feat.tensor.dtype)
+    if rows <= 0:
+        return feat
+    if rows >= g.num_nodes() - own:  # every remote row fits: no ranking needed
+        ranked = cache_policy.remote_ids(pb)
+    elif s.feature_cache_policy == "frequency" and presample is not None:
+        ranked = cache_policy.by_frequency(presample(), pb, g, rows)
+    else:
+        ranked = cache_policy.by_degree(g, pb, rows)
+    feat.fill(ranked, budget, s.feature_cache_bits)
+    return feat

@@ -31,43 +31,64 @@ def main(run_dir: Path) -> None:
     feat = g.ndata["feat"][ids]
     orig = g.ndata["orig_id"][ids]
     bad = (feat != original[orig]).any(1)
-    from dsgraph.distgraph.features import CachedFeatures
+    from dsgraph.distgraph import cache_policy
+    from dsgraph.distgraph.features import CachedFeatures, cache_row_bytes
     perm = ids[torch.randperm(ids.numel())]  # any order, local/halo/remote rows mixed
     remote = pb.nid2partid(ids) != pb.partid
-    halo_only = CachedFeatures(g, "feat")
-    cached = halo_only[perm]
-    # A budget for a third of the remote rows beyond the halo: those of highest out-degree.
+    want = original[orig[perm]]
+    uncached = CachedFeatures(g, "feat")
+    plain = uncached[perm]
+    # Ranked by degree, a budget for the halo and a third of the remote rows beyond it takes
+    # the halo, then those of highest out-degree.
+    halo = cache_policy.halo_ids(g)
     beyond = remote.clone()
-    beyond[halo_only.cache_ids] = False
+    beyond[halo] = False
     third = int(beyond.sum()) // 3
-    budgeted = CachedFeatures(g, "feat", budget_mb=third * halo_only.row_bytes / 2**20)
+    rows = halo.numel() + third
+    budgeted = CachedFeatures(g, "feat")
+    budgeted.fill(cache_policy.by_degree(g, pb, rows),
+                  rows * cache_row_bytes(original.shape[1], 32), 32)
     in_budget = torch.zeros_like(remote)
     in_budget[budgeted.cache_ids] = True
     chosen, passed = in_budget & beyond, beyond & ~in_budget
     degree = g.out_degrees(ids)
-    everything = CachedFeatures(g, "feat", budget_mb=1024.0)
-    # The same budget with the partition's rows copied into one table; and reads by local id.
-    tabled = CachedFeatures(g, "feat", budget_mb=third * halo_only.row_bytes / 2**20,
-                            copy_own=True)
+    everything = CachedFeatures(g, "feat")
+    everything.fill(cache_policy.remote_ids(pb), 1 << 30, 32)
+    # 8-bit rows: every value within one quantization step of its row's block range
+    quant = CachedFeatures(g, "feat")
+    quant.fill(cache_policy.remote_ids(pb), 1 << 30, 8)
+    got = quant[perm]
+    span = (want.amax(1) - want.amin(1)).clamp_min(1e-6)
+    steps = ((got - want).abs().amax(1) / (span / 255))[remote[perm]]
+    # pre-sampled batches: the rows read most often come first
+    batches = [perm[:40], perm[:10], perm[:10]]
+    often = set(perm[:10][remote[perm[:10]]].tolist())
+    ranked = cache_policy.by_frequency(iter(batches), pb, g, len(often))
     lg = g.local_partition
     lids = torch.randperm(lg.num_nodes())
-    by_lid = tabled.by_local_id(lg.ndata[dgl.NID][lids], lids)
+    by_lid = everything.by_local_id(lg.ndata[dgl.NID][lids], lids)
     (run_dir / f"pull{rank}.json").write_text(json.dumps({
         "rows": int(ids.numel()), "mismatched": int(bad.sum()),
         "remote_rows": int(remote.sum()), "remote_mismatched": int((bad & remote).sum()),
         "partid": int(pb.partid), "machine_id": int(dgl.distributed.rpc.get_machine_id()),
-        "cached_mismatched": int((cached != original[orig[perm]]).any(1).sum()),
-        "halo_cached": halo_only.cached_rows, "halo_hits": halo_only.cache_hits,
+        "uncached_mismatched": int((plain != want).any(1).sum()),
+        "uncached_misses": uncached.remote_rows,
+        "halo": int(halo.numel()), "halo_cached": int(in_budget[halo].sum()),
         "beyond_halo": int(beyond.sum()), "budget_rows": third, "chosen": int(chosen.sum()),
         "chosen_min_degree": int(degree[chosen].min()) if chosen.any() else None,
         "passed_max_degree": int(degree[passed].max()) if passed.any() else None,
-        "budgeted_mismatched": int((budgeted[perm] != original[orig[perm]]).any(1).sum()),
+        "budgeted_mismatched": int((budgeted[perm] != want).any(1).sum()),
         "budgeted_misses": budgeted.remote_rows,
         "everything_cached": everything.cached_rows,
-        "everything_mismatched": int((everything[perm] != original[orig[perm]]).any(1).sum()),
+        "everything_mismatched": int((everything[perm] != want).any(1).sum()),
         "everything_misses": everything.remote_rows,
-        "table_mismatched": int((tabled[perm] != original[orig[perm]]).any(1).sum()),
-        "table_misses": tabled.remote_rows, "local_id_rows": int(lids.numel()),
+        "quant_max_steps": float(steps.max()) if steps.numel() else 0.0,
+        "quant_own_mismatched": int((got != want)[~remote[perm]].any(1).sum()),
+        "quant_misses": quant.remote_rows, "quant_bytes": quant.cache_bytes,
+        "exact_bytes": everything.cache_bytes,
+        "quant_row_bytes": cache_row_bytes(original.shape[1], 8),
+        "frequent": sorted(often), "ranked_first": sorted(ranked.tolist()),
+        "local_id_rows": int(lids.numel()),
         "local_id_mismatched": int((by_lid != original[orig[lg.ndata[dgl.NID][lids]]])
                                    .any(1).sum())}))
     dist.barrier()
