@@ -12,6 +12,7 @@ outside the cache travel over RPC during training.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -20,6 +21,7 @@ from dsgraph.compress.rows import QuantizedRows, row_nbytes
 from dsgraph.distgraph import cache_policy
 from dsgraph.distgraph.budget import feature_budget_bytes
 
+_log = logging.getLogger(__name__)
 _ID_BYTES = 8  # the cache's sorted int64 id per row, counted in the budget
 _PULL_ROWS = 1 << 16  # rows per bulk pull (bounds the transient float32 chunk)
 
@@ -93,6 +95,16 @@ class CachedFeatures:
     def fill(self, ranked: torch.Tensor, budget_bytes: int, bits: int) -> None:
         """Cache the rows of remote ids ``ranked`` (most wanted first) that fit
         ``budget_bytes``, stored with ``bits`` bits per value, pulled in bulk now."""
+        try:
+            self._fill(ranked, budget_bytes, bits)
+        except ValueError as exc:  # NaN, inf or values beyond the quantizer's fp16 statistics
+            if bits == 32:
+                raise
+            _log.warning("feature rows cannot be quantized (%s): the cache keeps them exact, "
+                         "so the budget holds fewer", exc)
+            self._fill(ranked, budget_bytes, 32)
+
+    def _fill(self, ranked: torch.Tensor, budget_bytes: int, bits: int) -> None:
         fit = max(int(budget_bytes) // cache_row_bytes(self.width, bits, self.tensor.dtype), 0)
         self.cache_ids = torch.sort(ranked[:fit].to(torch.int64))[0]
         n = self.cache_ids.numel()
