@@ -43,8 +43,9 @@ def train_job(cfg: Config, out: Path, hooks: Sequence[str] = (),
 
 def host_sets(folder: Path, hosts: tuple[list[str], list[str]], port: int) -> list[str]:
     """Config overrides that run machine m's processes in emulated host m (``hosts``: the
-    namespace names and addresses of :func:`dsgraph.cluster.netns.emulated_hosts`) with its own
-    /dev/shm, the servers on ``port`` (an ip_config file written into ``folder``)."""
+    namespace names and addresses of :func:`dsgraph.cluster.netns.emulated_hosts`, any number
+    of hosts, one machine each) with its own /dev/shm, the servers on ``port`` (an ip_config
+    file written into ``folder``)."""
     names, ips = hosts
     ip_config = folder / f"ip_config_{port}.txt"
     ip_config.write_text("".join(f"{ip} {port}\n" for ip in ips))
@@ -52,14 +53,15 @@ def host_sets(folder: Path, hosts: tuple[list[str], list[str]], port: int) -> li
             "cluster.netns_shm=true"]
 
 
-def emulated_links(stack: contextlib.ExitStack, throttle: str
+def emulated_links(stack: contextlib.ExitStack, throttle: str, count: int = 2
                    ) -> tuple[dict[str, tuple[list[str], list[str]]], dict[str, str]]:
-    """Two emulated hosts per link, ``veth`` and ``veth_throttled`` (to ``throttle``), held open
-    by ``stack``: (hosts by link, the reason by link for those that cannot be made)."""
+    """``count`` emulated hosts per link, ``veth`` and ``veth_throttled`` (each host sending at
+    most ``throttle``), held open by ``stack``: (hosts by link, the reason by link for those that
+    cannot be made)."""
     hosts, skipped = {}, {}
     for link, rate in (("veth", None), ("veth_throttled", throttle)):
         try:
-            hosts[link] = stack.enter_context(emulated_hosts(rate=rate))
+            hosts[link] = stack.enter_context(emulated_hosts(rate=rate, count=count))
         except HostsUnavailable as exc:
             skipped[link] = str(exc)
     return hosts, skipped

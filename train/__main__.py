@@ -1,4 +1,5 @@
-"""``python -m train --config C [--out RUN] [--set ...] [--resume] [--force]``: train one run.
+"""``python -m train --config C [--out RUN] [--set ...] [--resume] [--force] [--plan]``: train
+one run (``--plan``: only print its memory plan).
 
 Resolves the config, runs the mode's launcher-side checks, prepares the run folder (nothing is
 touched before every check passed), starts every process of the job (``train.worker`` on each
@@ -18,6 +19,7 @@ from dsgraph.cluster.memwatch import forget_last_job, last_job
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
+from dsgraph.memplan import MemoryPlan, check_plan, format_plan, plan_job
 from dsgraph.metrics import print_summary, read_summary, update_summary
 from dsgraph.models.registry import resolve as resolve_model
 from dsgraph.runs import RunFolder, run_fingerprint
@@ -27,16 +29,21 @@ WORKER = "train.worker"
 
 
 def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str] = (),
-           prepared: Any = None) -> dict:
+           prepared: Any = None, plan: MemoryPlan | None = None) -> dict:
     """Run the job of ``cfg`` in ``run``; return its metrics.json (with launcher figures).
 
     ``worker_args`` go to every ``train.worker`` (``--hook``s, say); ``prepared`` is what the
-    mode's launcher-side :meth:`~dsgraph.trainer.Strategy.prepare` returned (run here if None).
+    mode's launcher-side :meth:`~dsgraph.trainer.Strategy.prepare` returned (run here if None);
+    ``plan`` the job's memory plan (made and checked here if None), recorded beside the
+    measured peaks.
     """
     t0 = time.perf_counter()
     strategy = strategy_class(cfg.train.mode, cfg.task_name)
     if prepared is None:
         prepared = strategy.prepare(cfg)
+    if plan is None:
+        plan = plan_job(cfg)
+        check_plan(cfg, plan)
     args = [*(["--resume"] if resume else []), *worker_args]
     forget_last_job()  # the job's supervisor publishes its memory figures when it ends
     try:
@@ -52,7 +59,9 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
     return update_summary(run.path, wall_s=time.perf_counter() - t0,
                           peak_rss_mb=max([own, *peaks.values()]), peak_rss_mb_per_process=peaks,
                           job_memory_mb=job.get("job_memory_mb"),
-                          pss_mb_per_process_at_job_peak=job.get("pss_mb_per_process_at_job_peak"))
+                          pss_mb_per_process_at_job_peak=job.get("pss_mb_per_process_at_job_peak"),
+                          planned_peak_mb=plan.peak_mb() if plan.processes else None,
+                          memory_plan=plan.to_dict())
 
 
 @cli_main
@@ -64,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing run folder (only one dsgraph created)")
+    parser.add_argument("--plan", action="store_true",
+                        help="only print the job's memory plan (per process, MiB) and whether "
+                             "it fits cluster.memory_limit_mb")
     parser.add_argument("--plot", metavar="RUN", type=Path,
                         help="only redraw RUN/curves.png from its metrics.jsonl")
     args = parser.parse_args(argv)
@@ -73,9 +85,16 @@ def main(argv: list[str] | None = None) -> None:
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
     prepared = strategy_class(cfg.train.mode, cfg.task_name).prepare(cfg)
+    plan = plan_job(cfg)
+    if args.plan:
+        print(format_plan(plan))
+    check_plan(cfg, plan)  # before the run folder is touched
+    if args.plan:
+        print("the plan fits the memory limit")
+        return
     run = RunFolder.create(cfg, args.out, args.resume, args.force, run_fingerprint(cfg, prepared))
     try:
-        launch(cfg, run, args.resume, prepared=prepared)
+        launch(cfg, run, args.resume, prepared=prepared, plan=plan)
         plot_curves(run.path)
     finally:
         run.unlock()

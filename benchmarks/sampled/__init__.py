@@ -14,10 +14,16 @@ Deployments (``link``):
 - ``veth_throttled``: the same over a link throttled to 1 Gbit/s (``tc`` token bucket).
 Rows needing namespaces are skipped, with the reason in the report, where they cannot be made.
 
-dsgraph rows: its defaults (halo and remote feature cache, DGL's distributed sampler), the tuned
-``local sampling`` (2-hop halo partitions, own seeds, every layer sampled in the trainer), and
-single options turned off or on (``no remote cache``: only the halo cached; ``prefetch 2``;
-``own rows not copied``: the partition's rows read from shared memory and merged with the cache's).
+dsgraph rows: its defaults (a feature cache of remote rows, 8-bit, a quarter of the trainer's
+share of its partition's feature bytes; DGL's distributed sampler), the tuned ``local sampling``
+(2-hop halo partitions, own seeds, every layer sampled in the trainer), and single options turned
+off or on (``no feature cache``: ``sampled.feature_memory_mb=0``, every remote row over RPC;
+``prefetch 2``; on veth ``8-bit cache`` vs ``exact cache``: ``sampled.feature_cache_bits`` 8 vs
+32 at the same budget).
+
+Job memory (``job_memory_mb``) is the peak summed PSS of every process of a job
+(:class:`benchmarks.jobmem.JobMemory`, shared memory counted once), measured the same way for
+stock and dsgraph rows.
 
 Samples/s = training seeds per second summed over trainers (seeds / slowest trainer's loop),
 median over epochs 2.. of a run, then median over repeats (with the spread of the repeats).

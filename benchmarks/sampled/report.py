@@ -10,7 +10,7 @@ from benchmarks.harness import View, bars, render_saved
 COLUMNS = ("setting", "system", "hosts", "parts", "trainers", "link", "samples_per_s",
            "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "epoch_s", "test_acc",
            "remote_feature_bytes", "rpc_sample_requests", "cache_hit_rate", "load1", "wall_s",
-           "peak_rss_mb")
+           "job_memory_mb", "peak_rss_mb")
 KEY = ("setting",)
 TITLE = "Sampled distributed training: dsgraph vs stock DistDGL (one host, two emulated hosts)"
 

@@ -14,6 +14,7 @@ import dgl
 
 from benchmarks import jobs
 from benchmarks.harness import Report, median
+from benchmarks.jobmem import JobMemory
 from benchmarks.sampled.report import VIEW, stock_row
 from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, Setting, settings
 from dsgraph import config as config_mod
@@ -57,15 +58,17 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
         run_dir = jobs.run_folder(cfg, tmp / run_name)
         load1, t0 = os.getloadavg()[0], time.perf_counter()
         args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
-        peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, STOCK_TRAINER, args,
-                            cfg.train.timeout_s, stock=True)
+        with JobMemory() as mem:
+            peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, STOCK_TRAINER,
+                                args, cfg.train.timeout_s, stock=True)
         summary = json.loads((run_dir / "stock_summary.json").read_text())
         lines = [json.loads(ln) for ln in
                  (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
         summary.update(wall_s=time.perf_counter() - t0, peak_rss_mb=max(peaks.values()))
     else:
         load1 = os.getloadavg()[0]
-        job = jobs.train_job(cfg, tmp / run_name)
+        with JobMemory() as mem:
+            job = jobs.train_job(cfg, tmp / run_name)
         summary, lines = job.summary, job.epochs
     steady = lines[1:] or lines
 
@@ -78,7 +81,8 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
             "remote_feature_bytes": _mid("remote_feature_bytes"),
             "rpc_sample_requests": _mid("rpc_sample_requests"),
             "cache_hit_rate": _mid("cache_hit_rate"), "wall_s": summary["wall_s"],
-            "peak_rss_mb": summary["peak_rss_mb"], "load1": load1}
+            "job_memory_mb": mem.peak_mb or None, "peak_rss_mb": summary["peak_rss_mb"],
+            "load1": load1}
 
 
 def _row(setting: Setting, runs: list[dict]) -> dict:

@@ -8,9 +8,10 @@ STOCK_TRAINER = "benchmarks.stock_dgl_trainer"
 # The tuned rows: every frontier sampled in the trainer's partition (2-hop halo, own seeds).
 LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2",
                   "sampled.seed_split=owned")
-NO_REMOTE_CACHE = ("sampled.remote_cache_mb=0",)  # halo rows cached, the rest pulled per batch
+NO_FEATURE_CACHE = ("sampled.feature_memory_mb=0",)  # every remote row pulled per batch
 PREFETCH = ("sampled.prefetch=2",)
-NO_TABLE = ("sampled.copy_own_features=false",)  # own rows read from shared memory, then merged
+CACHE_8BIT = ("sampled.feature_cache_bits=8",)  # cached rows block-wise quantized (the default)
+CACHE_EXACT = ("sampled.feature_cache_bits=32",)  # cached rows as float32: ~1/4 the rows
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,10 @@ def settings() -> list[Setting]:
         Setting("dsgraph 2 parts x 1 trainer", "dsgraph", 1, 2, 2, local, partition="p2"),
         Setting("dsgraph 2 parts x 1 trainer, local sampling", "dsgraph", 1, 2, 2, local,
                 LOCAL_SAMPLING, partition="p2h2"),
-        Setting("dsgraph 2 parts x 1 trainer, no remote cache", "dsgraph", 1, 2, 2, local,
-                NO_REMOTE_CACHE, partition="p2"),
+        Setting("dsgraph 2 parts x 1 trainer, no feature cache", "dsgraph", 1, 2, 2, local,
+                NO_FEATURE_CACHE, partition="p2"),
         Setting("dsgraph 2 parts x 1 trainer, prefetch 2", "dsgraph", 1, 2, 2, local,
                 PREFETCH, partition="p2"),
-        Setting("dsgraph 2 parts x 1 trainer, own rows not copied", "dsgraph", 1, 2, 2, local,
-                NO_TABLE, partition="p2"),
         Setting("dsgraph 1 part x 2 trainers", "dsgraph", 1, 1, 2, local, partition="p1"),
     ]
     for link in ("veth", "veth_throttled"):
@@ -49,7 +48,14 @@ def settings() -> list[Setting]:
             Setting(f"dsgraph 2 hosts ({link})", "dsgraph", 2, 2, 2, link, partition="p2"),
             Setting(f"dsgraph 2 hosts ({link}), local sampling", "dsgraph", 2, 2, 2, link,
                     LOCAL_SAMPLING, partition="p2h2"),
-            Setting(f"dsgraph 2 hosts ({link}), no remote cache", "dsgraph", 2, 2, 2, link,
-                    NO_REMOTE_CACHE, partition="p2"),
+            Setting(f"dsgraph 2 hosts ({link}), no feature cache", "dsgraph", 2, 2, 2, link,
+                    NO_FEATURE_CACHE, partition="p2"),
         ]
+        if link == "veth":  # the cache's encoding at the same budget
+            rows += [
+                Setting(f"dsgraph 2 hosts ({link}), 8-bit cache", "dsgraph", 2, 2, 2, link,
+                        CACHE_8BIT, partition="p2"),
+                Setting(f"dsgraph 2 hosts ({link}), exact cache", "dsgraph", 2, 2, 2, link,
+                        CACHE_EXACT, partition="p2"),
+            ]
     return rows

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from dsgraph.compress.rows import row_nbytes
+
 MB = 1 << 20
+ID_BYTES = 8  # the cache's sorted int64 id per row, counted in the budget
 DEFAULT_SHARE = 0.25  # of the trainer's share of its partition's feature bytes
 
 
@@ -21,3 +24,9 @@ def feature_budget_bytes(memory_mb: Optional[float], own_rows: int, row_bytes: i
     if memory_mb is not None:
         return int(memory_mb * MB)
     return int(DEFAULT_SHARE * own_rows * row_bytes / max(trainers_per_machine, 1))
+
+
+def cache_row_bytes(width: int, bits: int, value_bytes: int = 4) -> int:
+    """Bytes one cached row of ``width`` values costs, its id included: ``value_bytes`` per
+    value kept exact (``bits`` 32), else the quantized row (:func:`row_nbytes`)."""
+    return (width * value_bytes if bits == 32 else row_nbytes(width, bits)) + ID_BYTES

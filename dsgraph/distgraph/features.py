@@ -17,12 +17,11 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
-from dsgraph.compress.rows import QuantizedRows, row_nbytes
+from dsgraph.compress.rows import QuantizedRows
 from dsgraph.distgraph import cache_policy
-from dsgraph.distgraph.budget import feature_budget_bytes
+from dsgraph.distgraph.budget import ID_BYTES, cache_row_bytes, feature_budget_bytes
 
 _log = logging.getLogger(__name__)
-_ID_BYTES = 8  # the cache's sorted int64 id per row, counted in the budget
 _PULL_ROWS = 1 << 16  # rows per bulk pull (bounds the transient float32 chunk)
 
 
@@ -44,13 +43,6 @@ class ExactRows:
     def nbytes(self) -> int:
         """Bytes held."""
         return self.table.numel() * self.table.element_size()
-
-
-def cache_row_bytes(width: int, bits: int, dtype: torch.dtype = torch.float32) -> int:
-    """Bytes one cached row costs, its id included."""
-    if bits == 32:
-        return width * torch.empty((), dtype=dtype).element_size() + _ID_BYTES
-    return row_nbytes(width, bits) + _ID_BYTES
 
 
 class CachedFeatures:
@@ -90,7 +82,7 @@ class CachedFeatures:
     def cache_bytes(self) -> int:
         """Bytes the cache holds, ids included."""
         held = self.cache.nbytes if self.cache is not None else 0
-        return held + self.cache_ids.numel() * _ID_BYTES
+        return held + self.cache_ids.numel() * ID_BYTES
 
     def fill(self, ranked: torch.Tensor, budget_bytes: int, bits: int) -> None:
         """Cache the rows of remote ids ``ranked`` (most wanted first) that fit
@@ -105,7 +97,8 @@ class CachedFeatures:
             self._fill(ranked, budget_bytes, 32)
 
     def _fill(self, ranked: torch.Tensor, budget_bytes: int, bits: int) -> None:
-        fit = max(int(budget_bytes) // cache_row_bytes(self.width, bits, self.tensor.dtype), 0)
+        per_row = cache_row_bytes(self.width, bits, self.row_bytes // self.width)
+        fit = max(int(budget_bytes) // per_row, 0)
         self.cache_ids = torch.sort(ranked[:fit].to(torch.int64))[0]
         n = self.cache_ids.numel()
         self.cache = ExactRows(n, self.width, self.tensor.dtype) if bits == 32 \
@@ -179,7 +172,8 @@ def feature_cache(g, s: Any, trainers_per_machine: int,
     own = int(pb.partid2nids(pb.partid).numel())
     budget = feature_budget_bytes(s.feature_memory_mb, own, feat.row_bytes,
                                   trainers_per_machine)
-    rows = budget // cache_row_bytes(feat.width, s.feature_cache_bits, feat.tensor.dtype)
+    rows = budget // cache_row_bytes(feat.width, s.feature_cache_bits,
+                                     feat.row_bytes // feat.width)
     if rows <= 0:
         return feat
     if rows >= g.num_nodes() - own:  # every remote row fits: no ranking needed

@@ -32,7 +32,8 @@ def main(run_dir: Path) -> None:
     orig = g.ndata["orig_id"][ids]
     bad = (feat != original[orig]).any(1)
     from dsgraph.distgraph import cache_policy
-    from dsgraph.distgraph.features import CachedFeatures, cache_row_bytes
+    from dsgraph.distgraph.budget import cache_row_bytes
+    from dsgraph.distgraph.features import CachedFeatures
     perm = ids[torch.randperm(ids.numel())]  # any order, local/halo/remote rows mixed
     remote = pb.nid2partid(ids) != pb.partid
     want = original[orig[perm]]

@@ -86,3 +86,58 @@ def test_dsmpnn_on_two_hosts_matches_one_host(tmp_path, two_hosts, darcy_two_epo
     assert [r["epoch"] for r in there] == [1, 2]
     for a, b in zip(jobs.epochs(one_host.path), there):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6), (a, b)
+
+
+_LISTEN = ("import socket, sys\n"
+           "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "s.bind((sys.argv[1], 30070)); s.listen(8); print('up', flush=True)\n"
+           "for _ in range(int(sys.argv[2])):\n"
+           "    c, _ = s.accept(); c.sendall(sys.argv[1].encode()); c.close()\n")
+_CONNECT = ("import socket, sys\n"
+            "c = socket.create_connection((sys.argv[1], 30070), timeout=10)\n"
+            "print(c.recv(64).decode())\n")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count,rate", [(3, None), (4, "1gbit")])
+def test_more_hosts_on_a_bridge_reach_each_other(count, rate):
+    """``emulated_hosts(count=N)`` for N > 2 (a bridge in a namespace of its own): every host
+    has its link named LINK and its own address, reaches every other host over TCP (also
+    throttled), and nothing is left behind on exit."""
+    import subprocess
+    import sys
+
+    from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts, host_shm
+    try:
+        hosts = emulated_hosts(rate=rate, count=count)
+        names, ips = hosts.__enter__()
+    except HostsUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        assert len(set(names)) == len(set(ips)) == count
+        for ns, ip in zip(names, ips):
+            shown = subprocess.run(["ip", "-n", ns, "-4", "addr", "show", LINK],
+                                   capture_output=True, text=True, check=True).stdout
+            assert f"{ip}/24" in shown
+        for ns, ip in zip(names, ips):
+            peers = [p for p in names if p != ns]
+            server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", _LISTEN,
+                                       ip, str(len(peers))], stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout.readline().strip() == "up"
+                for peer in peers:
+                    got = subprocess.run(["ip", "netns", "exec", peer, sys.executable, "-c",
+                                          _CONNECT, ip], capture_output=True, text=True,
+                                         timeout=20)
+                    assert got.stdout.strip() == ip, (peer, ip, got.stderr)
+                assert server.wait(timeout=10) == 0
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.wait()
+    finally:
+        hosts.__exit__(None, None, None)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    tag = names[0][3:-1]
+    assert f"dsg{tag}" not in listed
+    assert not any(host_shm(ns).exists() for ns in names)

@@ -1,0 +1,133 @@
+"""The ``scale`` report: the table, the comparison with stock, the per-size target lines, the
+figure (throughput and job memory against graph size), and redrawing from the saved scale.json."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from benchmarks.harness import View, line, render_saved
+
+COLUMNS = ("size", "nodes", "hosts", "parts", "link", "system", "variant", "samples_per_s",
+           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "test_acc",
+           "job_memory_mb", "memory_ratio_vs_stock", "peak_rss_mb", "planned_peak_mb",
+           "feature_memory_mb", "cache_hit_rate", "remote_feature_bytes", "load1", "wall_s")
+KEY = ("nodes", "hosts", "link", "variant")
+TITLE = "Scaling the graph: dsgraph vs stock DistDGL at equal job memory (emulated hosts)"
+# Per link: the least equal_memory / stock throughput the targets ask for.
+SPEEDUP_TARGET = {"veth": 1.3, "veth_throttled": 1.5}
+EQUAL_MEMORY_LIMIT = 1.05  # equal_memory job memory / stock's, at most
+DEFAULTS_MEMORY_LIMIT = 1.1  # defaults job memory / stock's, at most
+ACCURACY_TOLERANCE = 0.005  # |dsgraph test accuracy - stock's|, at most
+EPS = 1e-9  # float slack of the comparisons (0.8655 - 0.8705 is -0.005000000000000004)
+
+
+def _deployment(row: dict) -> tuple:
+    return row["nodes"], row["hosts"], row["link"]
+
+
+def stock_row(rows: Iterable[dict], row: dict) -> Optional[dict]:
+    """The stock row of ``row``'s size and deployment."""
+    for r in rows:
+        if r["variant"] == "stock" and _deployment(r) == _deployment(row):
+            return r
+    return None
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """Set every row's ``ratio_vs_stock`` (throughput) and ``memory_ratio_vs_stock`` (job
+    memory) against the stock row of its size and deployment; return ``rows``."""
+    for row in rows:
+        ref = stock_row(rows, row)
+        row["ratio_vs_stock"] = _ratio(row.get("samples_per_s"), ref and ref["samples_per_s"])
+        row["memory_ratio_vs_stock"] = _ratio(row.get("job_memory_mb"),
+                                              ref and ref.get("job_memory_mb"))
+    return rows
+
+
+def _check(value: Optional[float], ok: bool, text: str) -> tuple[bool, str]:
+    if value is None:
+        return False, f"{text}: not measured"
+    return ok, f"{text}: {'met' if ok else 'missed'}"
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """One line per size and deployment saying, from the rows' numbers, whether dsgraph met
+    its targets: equal_memory at least SPEEDUP_TARGET[link] x stock's throughput with job
+    memory <= EQUAL_MEMORY_LIMIT x, defaults memory <= DEFAULTS_MEMORY_LIMIT x, and both
+    within ACCURACY_TOLERANCE of stock's test accuracy."""
+    out = []
+    for stock in sorted((r for r in rows if r["variant"] == "stock"), key=_deployment):
+        mine = {r["variant"]: r for r in rows if _deployment(r) == _deployment(stock)}
+        eq, de = mine.get("equal_memory", {}), mine.get("defaults", {})
+        need = SPEEDUP_TARGET.get(stock["link"], SPEEDUP_TARGET["veth"])
+        speed, mem = eq.get("ratio_vs_stock"), eq.get("memory_ratio_vs_stock")
+        dmem = de.get("memory_ratio_vs_stock")
+        accs = {v: r["test_acc"] - stock["test_acc"] for v, r in (("equal_memory", eq),
+                                                                   ("defaults", de))
+                if r.get("test_acc") is not None and stock.get("test_acc") is not None}
+        close = len(accs) == 2 and all(abs(d) <= ACCURACY_TOLERANCE + EPS for d in accs.values())
+        checks = [
+            _check(speed, speed is not None and speed >= need - EPS,
+                   f"equal_memory {_x(speed)} stock's throughput (>= {need:g}x)"),
+            _check(mem, mem is not None and mem <= EQUAL_MEMORY_LIMIT + EPS,
+                   f"its job memory {_x(mem)} (<= {EQUAL_MEMORY_LIMIT:g}x)"),
+            _check(dmem, dmem is not None and dmem <= DEFAULTS_MEMORY_LIMIT + EPS,
+                   f"defaults job memory {_x(dmem)} (<= {DEFAULTS_MEMORY_LIMIT:g}x)"),
+            _check(accs.get("equal_memory") if len(accs) == 2 else None, close,
+                   "test accuracy within " + f"{ACCURACY_TOLERANCE:g} of stock's ("
+                   + ", ".join(f"{v} {d:+.4f}" for v, d in accs.items()) + ")"),
+        ]
+        verdict = "all targets met" if all(ok for ok, _ in checks) else "targets missed"
+        out.append(f"**{stock.get('size', stock['nodes'])}, {stock['hosts']} hosts "
+                   f"({stock['link']})**: {verdict}. " + "; ".join(t for _, t in checks) + ".")
+    return out
+
+
+def _x(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def _notes(payload: dict) -> list[str]:
+    """Target lines, then budgets, carried sizes and skipped deployments."""
+    notes = targets(payload["records"])
+    for size, runs_date in payload.get("carried", {}).items():
+        notes.append(f"Size **{size}** carried from the run of {runs_date}.")
+    for dep, why in payload.get("skipped", {}).items():
+        notes.append(f"**{dep}** rows skipped: {why}.")
+    return notes
+
+
+def _plot(rows: list[dict], fig: Any) -> None:
+    """Throughput and job memory against nodes, one line per (system variant, link, hosts)."""
+    ax1, ax2 = fig.subplots(1, 2)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["variant"], r["link"], r["hosts"]), []).append(r)
+    for (variant, link, hosts), grp in sorted(groups.items()):
+        grp = sorted(grp, key=lambda r: r["nodes"])
+        style = {"label": f"{variant}, {link}, {hosts} hosts", "marker": "o",
+                 "linestyle": "--" if link == "veth_throttled" else "-",
+                 "color": {"stock": "tab:gray", "no_cache": "tab:orange",
+                           "equal_memory": "tab:blue", "defaults": "tab:green"}.get(variant)}
+        if hosts != 2:
+            style["marker"] = "s"
+        line(ax1, grp, "nodes", "samples_per_s", KEY, **style)
+        line(ax2, grp, "nodes", "job_memory_mb", KEY, **style)
+    for ax, label in ((ax1, "training seeds / s (median of repeats)"),
+                      (ax2, "job memory, MiB (peak summed PSS)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("graph nodes")
+        ax.set_ylabel(label)
+    ax1.legend(fontsize=6)
+
+
+VIEW = View("scale", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(12.0, 5.0))
+
+
+def render(quick: bool = False) -> Path:
+    """Redraw scale.md and scale.png from the saved scale.json."""
+    return render_saved(VIEW, quick)

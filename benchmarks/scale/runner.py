@@ -1,0 +1,204 @@
+"""Running the ``scale`` benchmark: per size its partitions (both systems'), per deployment its
+emulated hosts, one fresh job per row and repeat, the equal-memory budget from this run's
+medians, one record per row, and the records of sizes not rerun carried from the saved report."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import dgl
+
+from benchmarks import jobs
+from benchmarks.harness import Report, chosen, median, reports_dir
+from benchmarks.jobmem import JobMemory
+from benchmarks.scale import settings as st
+from benchmarks.scale.report import VIEW, compare
+from dsgraph import config as config_mod
+from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
+from dsgraph.data import load_graph
+from dsgraph.partition import partition_graph
+
+Hosts = tuple[list[str], list[str]]
+
+
+def _partitions(size: st.Size, base: list[str], tmp: Path) -> None:
+    """dsgraph's (``p<N>``) and DGL's own (``stock<N>``, METIS) partitionings of ``size``."""
+    g = load_graph(config_mod.load(st.CONFIG, base).dataset)
+    for parts in (2, 4) if size.four_hosts else (2,):
+        partition_graph(g, parts, tmp / f"p{parts}", force=True)
+        dgl.distributed.partition_graph(g, "graph", parts, str(tmp / f"stock{parts}"),
+                                        num_trainers_per_machine=1, part_method="metis")
+
+
+def _stock_args(cfg) -> list[str]:
+    """The stock trainer's command line for ``cfg``: same model and training, test nodes
+    evaluated with the training fanouts."""
+    m, s, t = cfg.model.args, cfg.sampled, cfg.train
+    return ["--fanouts", ",".join(str(f) for f in s.fanouts), "--batch-size", str(s.batch_size),
+            "--epochs", str(t.epochs), "--hidden", str(m.get("hidden", 128)),
+            "--num-layers", str(m.get("num_layers", 2)), "--lr", str(t.lr), "--seed", str(t.seed),
+            "--eval-batch-size", str(s.eval_batch_size), "--eval", "sampled"]
+
+
+def _job(variant: str, sets: list[str], tmp: Path, parts: int, run_name: str) -> dict:
+    """One fresh job; its steady-state figures (epochs 2.. ) and memory."""
+    stock = variant == "stock"
+    part_dir = tmp / f"{'stock' if stock else 'p'}{parts}"
+    cfg = config_mod.load(st.CONFIG, [*sets, f"partition.num_parts={parts}",
+                                      f"partition.out_dir={part_dir}"])
+    load1, t0 = os.getloadavg()[0], time.perf_counter()
+    with JobMemory() as mem:
+        if stock:
+            run_dir = jobs.run_folder(cfg, tmp / run_name)
+            peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, st.STOCK_TRAINER,
+                                _stock_args(cfg) + ["--gloo-ifname", LINK], cfg.train.timeout_s,
+                                stock=True)
+        else:
+            job = jobs.train_job(cfg, tmp / run_name)
+    if stock:
+        summary = json.loads((run_dir / "stock_summary.json").read_text())
+        lines = [json.loads(ln) for ln in
+                 (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
+        summary.update(peak_rss_mb=max(peaks.values()))
+    else:
+        summary, lines = job.summary, job.epochs
+    steady = lines[1:] or lines
+
+    def _mid(key: str) -> Optional[float]:
+        values = [r[key] for r in steady if r.get(key) is not None]
+        return median(values) if values else None
+
+    return {"samples_per_s": median(r["samples_per_s"] for r in steady),
+            "test_acc": summary.get("test_acc"), "job_memory_mb": mem.peak_mb or None,
+            "peak_rss_mb": summary.get("peak_rss_mb"),
+            "planned_peak_mb": summary.get("planned_peak_mb"),
+            "cache_hit_rate": _mid("cache_hit_rate"),
+            "remote_feature_bytes": _mid("remote_feature_bytes"),
+            "load1": load1, "wall_s": time.perf_counter() - t0}
+
+
+def _row(size: st.Size, dep: st.Deployment, variant: str, runs: list[dict],
+         budget_mb: Optional[float]) -> dict:
+    """One table row: the medians over a row's runs, with the spread of the throughput."""
+    row = {"size": size.name, "system": "stock" if variant == "stock" else "dsgraph",
+           "variant": variant, "nodes": size.nodes, "hosts": dep.hosts, "parts": dep.hosts,
+           "link": dep.link, "feature_memory_mb": budget_mb}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = median(values) if values else None
+    rates = [r["samples_per_s"] for r in runs]
+    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
+    return row
+
+
+def _budget(variant: str, size: st.Size, dep: st.Deployment,
+            budgets: dict[st.Deployment, float]) -> Optional[float]:
+    """The feature budget per trainer a row runs with (the default's as dsgraph computes it)."""
+    return {"stock": None, "no_cache": 0.0, "equal_memory": budgets.get(dep),
+            "defaults": st.default_budget_mb(size.nodes, dep.hosts)}[variant]
+
+
+def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epochs: int,
+             quick: bool) -> list[dict]:
+    """Every row of ``size`` over the deployments in ``hosts``.
+
+    Stock, no_cache and defaults run first, repeats round-robin over them (every row's first
+    run, then every row's second, ...) so a drift of the machine's speed reaches every row
+    alike; then each deployment's equal_memory budget comes from the medians of its stock and
+    no_cache job memory, and the equal_memory rows run, round-robin again.
+    """
+    runs: dict[tuple[st.Deployment, str], list[dict]] = {}
+    budgets: dict[st.Deployment, float] = {}
+    port = 30150
+    with tempfile.TemporaryDirectory(prefix=f"dsgraph-scale-{size.name}-") as tmpd:
+        tmp = Path(tmpd)
+        base = st.base_sets(size, epochs, tmp / "data", quick)
+        t0 = time.perf_counter()
+        _partitions(size, base, tmp)
+        print(f"  {size.name}: partitioned in {time.perf_counter() - t0:.0f} s", flush=True)
+        for phase in (("stock", "no_cache", "defaults"), ("equal_memory",)):
+            if phase == ("equal_memory",):
+                for dep in hosts:
+                    budgets[dep] = st.equal_memory_budget(
+                        median(r["job_memory_mb"] or 0.0 for r in runs[dep, "stock"]),
+                        median(r["job_memory_mb"] or 0.0 for r in runs[dep, "no_cache"]),
+                        dep.hosts)
+                    print(f"  {size.name} {dep.label}: equal_memory budget "
+                          f"{budgets[dep]:.1f} MiB per trainer", flush=True)
+            for r in range(repeats):
+                for dep, dep_hosts in hosts.items():
+                    for variant in phase:
+                        port += 1  # a fresh server port per job: no TIME_WAIT clash
+                        sets = [*base, *jobs.host_sets(tmp, dep_hosts, port)]
+                        if variant != "stock":
+                            sets += st.variant_sets(variant, budgets.get(dep))
+                        name = f"{variant}-{dep.hosts}-{dep.link}-{r}"
+                        got = _job(variant, sets, tmp, dep.hosts, name)
+                        runs.setdefault((dep, variant), []).append(got)
+                        print(f"  [{r + 1}/{repeats}] {size.name} {dep.label} {variant}: "
+                              f"{got['samples_per_s']:,.0f} seeds/s, "
+                              f"{got['job_memory_mb'] or 0:,.0f} MiB", flush=True)
+    rows = [_row(size, dep, v, runs[dep, v], _budget(v, size, dep, budgets))
+            for dep in hosts for v in st.VARIANTS if (dep, v) in runs]
+    return compare(rows)
+
+
+def _carry(report: Report, quick: bool, keep: list[str]) -> None:
+    """Copy the records of sizes ``keep`` from the saved report (if any), noting in
+    ``carried`` the run each came from, so a rerun of one size keeps the others."""
+    path = reports_dir(quick) / f"{VIEW.name}.json"
+    if not path.exists():
+        print(f"note: {path} absent; sizes {', '.join(keep)} left out", flush=True)
+        return
+    saved = json.loads(path.read_text())
+    carried = saved.get("carried", {})
+    for size in keep:
+        recs = [r for r in saved.get("records", []) if r.get("size") == size]
+        if recs:
+            report.records.extend(recs)
+            report.extra.setdefault("carried", {})[size] = carried.get(size, saved["env"]["date"])
+    for dep, why in saved.get("skipped", {}).items():
+        report.extra.setdefault("skipped", {}).setdefault(dep, why)
+
+
+def _hosts(stack: contextlib.ExitStack, sizes: dict[str, st.Size]
+           ) -> tuple[dict[st.Deployment, Hosts], dict[str, str]]:
+    """The emulated hosts of every deployment the sizes use, and why any cannot be made."""
+    links, skipped = jobs.emulated_links(stack, st.THROTTLE)
+    hosts = {st.Deployment(link, 2): h for link, h in links.items()}
+    skipped = {st.Deployment(link, 2).label: why for link, why in skipped.items()}
+    if any(s.four_hosts for s in sizes.values()):
+        try:
+            hosts[st.Deployment("veth", 4)] = stack.enter_context(emulated_hosts(count=4))
+        except HostsUnavailable as exc:
+            skipped[st.Deployment("veth", 4).label] = str(exc)
+    return hosts, skipped
+
+
+def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
+    """Run the chosen sizes (all by default) and write benchmarks/reports/scale.{json,md,png};
+    the other sizes' records are carried from the saved report."""
+    every = st.QUICK_SIZES if quick else st.SIZES
+    sizes = chosen(every, datasets)
+    repeats, epochs = (1, 2) if quick else (st.REPEATS, st.EPOCHS)
+    report = Report(VIEW, quick, repeats=repeats)
+    report.extra["settings"] = {"feat_dim": st.FEAT_DIM, "avg_degree": st.AVG_DEGREE,
+                                "epochs": epochs, "throttle": st.THROTTLE,
+                                "headroom": st.EQUAL_MEMORY_HEADROOM}
+    _carry(report, quick, [s for s in every if s not in sizes])
+    t_start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        hosts, skipped = _hosts(stack, sizes)
+        report.extra.setdefault("skipped", {}).update(skipped)
+        for size in sizes.values():
+            mine = {d: h for d, h in hosts.items() if d in st.deployments(size)}
+            for row in run_size(size, mine, repeats, epochs, quick):
+                report.add(row)
+    report.extra["wall_s"] = time.perf_counter() - t_start
+    return report.save()
