@@ -4,7 +4,7 @@ the config and the partition files' sizes, counts and tensor headers (no feature
 Items named ``... (shared)`` are a machine's shared memory (DistGraph servers' partition and
 evaluation outputs; the pages a trainer touches count in its RSS too): :meth:`MemoryPlan.
 machine_mb` counts each once per machine. Modes ``sampled`` and ``sar`` are planned, ``dsmpnn``
-is not. The constants were calibrated on measured peaks of real jobs (docs/memory-plan.md).
+is not. The constants were calibrated on measured peaks of real jobs (docs/memory.md).
 """
 from __future__ import annotations
 

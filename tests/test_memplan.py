@@ -143,3 +143,19 @@ def test_format_plan_and_unplanned_mode(parts):
     assert "12,346" in format_plan(big)
     plan = plan_job(config_mod.load(ROOT / "configs" / "darcy.yaml"))
     assert plan.processes == [] and "not planned" in plan.notes[0]
+
+
+def test_train_cli_prints_the_plan_and_refuses_an_over_limit_job(parts, tmp_path, capsys):
+    from train.__main__ import main
+    sets = ["--set", f"partition.out_dir={parts(16)}", "--set", "partition.num_parts=2"]
+    main(["--plan", *sets])
+    out = capsys.readouterr().out
+    assert "trainer1" in out and "feature cache" in out and "the plan fits" in out
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(run), *sets, "--set", "cluster.memory_limit_mb=100"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "over the 100 MiB limit (cluster.memory_limit_mb)" in err \
+        and "largest item" in err, err
+    assert not run.exists()  # refused before the run folder is touched
