@@ -6,6 +6,7 @@ import argparse
 import importlib
 import inspect
 import os
+import signal
 
 from dsgraph.errors import UserError, cli_main
 
@@ -31,20 +32,30 @@ def main(argv: list[str] | None = None) -> None:
     if args.datasets is not None:
         kwargs["datasets"] = [d for d in args.datasets.split(",") if d]
     os.environ.setdefault("OMP_NUM_THREADS", "2")  # before torch is imported
-    for name in names:
-        if name not in BENCHMARKS:
-            raise UserError(f"benchmark {name!r}: unknown; expected one of "
-                            + ", ".join(BENCHMARKS) + ", all")
-        module = importlib.import_module(f"benchmarks.{name}")
-        if kwargs and (args.render or "datasets" not in inspect.signature(module.run).parameters):
-            raise UserError(f"--datasets: benchmark {name!r} has no datasets to choose"
-                            f"{' when rendering' if args.render else ''}")
-        verb = "render" if args.render else "benchmark"
-        print(f"== {verb} {name}{' (quick)' if args.quick else ''}", flush=True)
-        out = module.render(quick=args.quick) if args.render \
-            else module.run(quick=args.quick, **kwargs)
-        print(f"report written to {out.name if hasattr(out, 'name') else out}")
+    # SIGTERM unwinds like Ctrl-C, so emulated hosts (namespaces, their /dev/shm folders) and
+    # temporary partitions are removed by their context managers instead of left behind.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        for name in names:
+            _run_one(name, args, kwargs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
+
+def _run_one(name: str, args: argparse.Namespace, kwargs: dict) -> None:
+    """Run (or with ``--render`` redraw) benchmark ``name``."""
+    if name not in BENCHMARKS:
+        raise UserError(f"benchmark {name!r}: unknown; expected one of "
+                        + ", ".join(BENCHMARKS) + ", all")
+    module = importlib.import_module(f"benchmarks.{name}")
+    if kwargs and (args.render or "datasets" not in inspect.signature(module.run).parameters):
+        raise UserError(f"--datasets: benchmark {name!r} has no datasets to choose"
+                        f"{' when rendering' if args.render else ''}")
+    verb = "render" if args.render else "benchmark"
+    print(f"== {verb} {name}{' (quick)' if args.quick else ''}", flush=True)
+    out = module.render(quick=args.quick) if args.render \
+        else module.run(quick=args.quick, **kwargs)
+    print(f"report written to {out.name if hasattr(out, 'name') else out}")
 
 if __name__ == "__main__":
     main()

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
+import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from benchmarks.harness import environ
+from benchmarks.harness import environ, median
+from benchmarks.jobmem import JobMemory
+from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.netns import HostsUnavailable, emulated_hosts
 from dsgraph.config import Config
 from dsgraph.metrics import read_records
@@ -65,3 +70,54 @@ def emulated_links(stack: contextlib.ExitStack, throttle: str, count: int = 2
         except HostsUnavailable as exc:
             skipped[link] = str(exc)
     return hosts, skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A finished job as a comparison benchmark reads it: metrics.json-like summary, epoch
+    records, the job's memory (peak summed PSS), the load before it and its wall time."""
+
+    summary: dict[str, Any]
+    epochs: list[dict[str, Any]]
+    job_memory_mb: Optional[float]
+    load1: float
+    wall_s: float
+
+    def steady(self, key: str) -> Optional[float]:
+        """Median of ``key`` over the epochs after the first (warm-up), None if never set."""
+        values = [r[key] for r in (self.epochs[1:] or self.epochs) if r.get(key) is not None]
+        return median(values) if values else None
+
+
+def measured_job(cfg: Config, out: Path, stock_trainer: Optional[str] = None,
+                 stock_args: Sequence[str] = (), part_config: Optional[Path] = None) -> Measured:
+    """Run one fresh job of ``cfg`` in ``out`` under :class:`JobMemory`: dsgraph's trainer, or
+    with ``stock_trainer`` that module (``stock_args``) on ``part_config``'s unpatched
+    servers, whose ``stock_summary.json`` / ``stock_metrics.jsonl`` stand in for metrics."""
+    load1, t0 = os.getloadavg()[0], time.perf_counter()
+    with JobMemory() as mem:
+        if stock_trainer is not None:
+            run_dir = run_folder(cfg, out)
+            peaks = run_dgl_job(run_dir, part_config, cfg.cluster, stock_trainer, stock_args,
+                                cfg.train.timeout_s, stock=True)
+        else:
+            job = train_job(cfg, out)
+    if stock_trainer is not None:
+        summary = json.loads((run_dir / "stock_summary.json").read_text())
+        epochs = [json.loads(ln) for ln in
+                  (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
+        summary.update(peak_rss_mb=max(peaks.values()))
+    else:
+        summary, epochs = job.summary, job.epochs
+    return Measured(summary, epochs, mem.peak_mb or None, load1, time.perf_counter() - t0)
+
+
+def median_row(row: dict, runs: list[dict]) -> dict:
+    """``row`` with every figure of ``runs`` as its median over them (None where never set)
+    and the range of ``samples_per_s``."""
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = median(values) if values else None
+    rates = [r["samples_per_s"] for r in runs]
+    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
+    return row

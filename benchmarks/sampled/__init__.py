@@ -18,8 +18,8 @@ dsgraph rows: its defaults (a feature cache of remote rows, 8-bit, a quarter of 
 share of its partition's feature bytes; DGL's distributed sampler), the tuned ``local sampling``
 (2-hop halo partitions, own seeds, every layer sampled in the trainer), and single options turned
 off or on (``no feature cache``: ``sampled.feature_memory_mb=0``, every remote row over RPC;
-``prefetch 2``; on veth ``8-bit cache`` vs ``exact cache``: ``sampled.feature_cache_bits`` 8 vs
-32 at the same budget).
+``prefetch 2``; on veth ``all remote rows cached`` exact, 8-bit and 4-bit: a 64 MiB budget
+that holds every remote row in each encoding, so every remote read goes through the codec).
 
 Job memory (``job_memory_mb``) is the peak summed PSS of every process of a job
 (:class:`benchmarks.jobmem.JobMemory`, shared memory counted once), measured the same way for

@@ -3,22 +3,16 @@ repeat (dsgraph's trainer or the stock DGL example trainer), one record per row.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import tempfile
-import time
 from pathlib import Path
-from typing import Optional
 
 import dgl
 
 from benchmarks import jobs
-from benchmarks.harness import Report, median
-from benchmarks.jobmem import JobMemory
+from benchmarks.harness import Report
 from benchmarks.sampled.report import VIEW, stock_row
 from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, Setting, settings
 from dsgraph import config as config_mod
-from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.netns import LINK
 from dsgraph.data import load_graph
 from dsgraph.partition import partition_graph
@@ -54,47 +48,24 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
             f"partition.out_dir={part_dir}",
             f"cluster.trainers_per_machine={setting.trainers // setting.parts}"]
     cfg = config_mod.load("configs/default.yaml", sets)
-    if setting.system == "stock":
-        run_dir = jobs.run_folder(cfg, tmp / run_name)
-        load1, t0 = os.getloadavg()[0], time.perf_counter()
-        args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
-        with JobMemory() as mem:
-            peaks = run_dgl_job(run_dir, part_dir / "graph.json", cfg.cluster, STOCK_TRAINER,
-                                args, cfg.train.timeout_s, stock=True)
-        summary = json.loads((run_dir / "stock_summary.json").read_text())
-        lines = [json.loads(ln) for ln in
-                 (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
-        summary.update(wall_s=time.perf_counter() - t0, peak_rss_mb=max(peaks.values()))
-    else:
-        load1 = os.getloadavg()[0]
-        with JobMemory() as mem:
-            job = jobs.train_job(cfg, tmp / run_name)
-        summary, lines = job.summary, job.epochs
-    steady = lines[1:] or lines
-
-    def _mid(key: str) -> Optional[float]:
-        values = [r[key] for r in steady if r.get(key) is not None]
-        return median(values) if values else None
-
-    return {"samples_per_s": median(r["samples_per_s"] for r in steady),
-            "epoch_s": median(r["epoch_s"] for r in steady), "test_acc": summary["test_acc"],
-            "remote_feature_bytes": _mid("remote_feature_bytes"),
-            "rpc_sample_requests": _mid("rpc_sample_requests"),
-            "cache_hit_rate": _mid("cache_hit_rate"), "wall_s": summary["wall_s"],
-            "job_memory_mb": mem.peak_mb or None, "peak_rss_mb": summary["peak_rss_mb"],
-            "load1": load1}
+    stock = setting.system == "stock"
+    args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
+    m = jobs.measured_job(cfg, tmp / run_name, STOCK_TRAINER if stock else None, args,
+                          part_dir / "graph.json")
+    return {"samples_per_s": m.steady("samples_per_s"), "epoch_s": m.steady("epoch_s"),
+            "test_acc": m.summary["test_acc"],
+            "remote_feature_bytes": m.steady("remote_feature_bytes"),
+            "rpc_sample_requests": m.steady("rpc_sample_requests"),
+            "cache_hit_rate": m.steady("cache_hit_rate"), "wall_s": m.wall_s,
+            "job_memory_mb": m.job_memory_mb, "peak_rss_mb": m.summary["peak_rss_mb"],
+            "load1": m.load1}
 
 
 def _row(setting: Setting, runs: list[dict]) -> dict:
     """One table row: the medians over a setting's runs, with the spread of the throughput."""
-    row = {"setting": setting.name, "system": setting.system, "hosts": setting.hosts,
-           "parts": setting.parts, "trainers": setting.trainers, "link": setting.link}
-    for key in runs[0]:
-        values = [r[key] for r in runs if r[key] is not None]
-        row[key] = median(values) if values else None
-    rates = [r["samples_per_s"] for r in runs]
-    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
-    return row
+    return jobs.median_row({"setting": setting.name, "system": setting.system,
+                            "hosts": setting.hosts, "parts": setting.parts,
+                            "trainers": setting.trainers, "link": setting.link}, runs)
 
 
 def run(quick: bool) -> Path:
