@@ -112,7 +112,8 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
                         sets = [*base, *jobs.host_sets(tmp, dep_hosts, port)]
                         if variant != "stock":
                             sets += st.variant_sets(variant, budgets.get(dep))
-                        name = f"{variant}-{dep.hosts}-{dep.link}-{r}"
+                        # stock runs in both phases: each run its own folder
+                        name = f"{variant}-{dep.hosts}-{dep.link}-{r}-{len(budgets)}"
                         got = _job(variant, sets, tmp, dep.hosts, name)
                         runs.setdefault((dep, variant), []).append(got)
                         print(f"  [{r + 1}/{repeats}] {size.name} {dep.label} {variant}: "
