@@ -4,7 +4,8 @@
 before training (PaGraph and SALIENT++ rank by the same measured access counts): the sampler,
 fanouts and seed split that training uses decide, so 2-hop rows that every batch touches come
 before 1-hop rows of rarely drawn seeds. Rows the pre-sampled batches never read follow, the
-partition's halo first (direct neighbours of its nodes), as the budget allows.
+partition's halo first (direct neighbours of its nodes), then any other remote row, as the
+budget allows.
 ``degree``: the halo, then other remote nodes by global out-degree (a sampler draws a node in
 proportion to its out-edges); it needs no pre-sampling, only a degree query per remote node.
 """
@@ -46,15 +47,17 @@ def _append_new(ranked: torch.Tensor, more: torch.Tensor) -> torch.Tensor:
 
 def by_frequency(input_nodes: Iterable[torch.Tensor], pb, g, rows: int) -> torch.Tensor:
     """Up to ``rows`` remote node ids, most read first among the batches' ``input_nodes``, then
-    the halo's unread ones."""
+    the halo's unread ones, then the other remote ids (the budget is filled)."""
     ids = [n[pb.nid2partid(n) != pb.partid].to(torch.int64) for n in input_nodes]
     seen = torch.cat(ids) if ids else torch.empty(0, dtype=torch.int64)
     uniq, counts = torch.unique(seen, return_counts=True)
     # stable: among equal counts the lower id first, so every run picks the same rows
     order = torch.sort(counts, descending=True, stable=True)[1]
     ranked = uniq[order][:rows]
-    if ranked.numel() < rows:
-        ranked = _append_new(ranked, halo_ids(g))[:rows]
+    for more in (halo_ids, lambda _: remote_ids(pb)):  # unread rows: the halo, then the rest
+        if ranked.numel() >= rows:
+            break
+        ranked = _append_new(ranked, more(g))[:rows]
     return ranked
 
 

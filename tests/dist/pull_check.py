@@ -65,6 +65,8 @@ def main(run_dir: Path) -> None:
     batches = [perm[:40], perm[:10], perm[:10]]
     often = set(perm[:10][remote[perm[:10]]].tolist())
     ranked = cache_policy.by_frequency(iter(batches), pb, g, len(often))
+    # a budget beyond the rows read and the halo is still filled, with the other remote rows
+    filled = cache_policy.by_frequency(iter(batches), pb, g, int(remote.sum()))
     lg = g.local_partition
     lids = torch.randperm(lg.num_nodes())
     by_lid = everything.by_local_id(lg.ndata[dgl.NID][lids], lids)
@@ -89,6 +91,7 @@ def main(run_dir: Path) -> None:
         "exact_bytes": everything.cache_bytes,
         "quant_row_bytes": cache_row_bytes(original.shape[1], 8),
         "frequent": sorted(often), "ranked_first": sorted(ranked.tolist()),
+        "filled_unique": int(torch.unique(filled).numel()),
         "local_id_rows": int(lids.numel()),
         "local_id_mismatched": int((by_lid != original[orig[lg.ndata[dgl.NID][lids]]])
                                    .any(1).sum())}))

@@ -64,6 +64,7 @@ def test_remote_features_correct_with_several_partitions_on_one_host(tmp_path, n
         assert r["quant_bytes"] == r["remote_rows"] * r["quant_row_bytes"], r
         # pre-sampled: the remote rows read in every batch are ranked first
         assert r["ranked_first"] == r["frequent"] and r["frequent"], r
+        assert r["filled_unique"] == r["remote_rows"], r
         assert r["local_id_rows"] > 3000 // num_parts and r["local_id_mismatched"] == 0, r
     assert _job_shm(tmp_path / "run") == [], "job left shared-memory segments behind"
 
