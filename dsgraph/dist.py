@@ -5,6 +5,7 @@ input unchanged, so the same code path runs with one worker and with many.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Iterable, Optional, Sequence
 
@@ -72,10 +73,11 @@ def broadcast_value(value: Any, root: int = 0) -> Any:
 
 
 def broadcast_module(module: nn.Module, src: int = 0) -> None:
-    """Make every rank's parameters and buffers equal to rank ``src``'s."""
+    """Make every rank's parameters and buffers equal to rank ``src``'s (a module's extra state,
+    such as embeddings the DistGraph servers hold, is shared already)."""
     if is_distributed():
-        for t in module.state_dict().values():
-            dist.broadcast(t, src)
+        for t in itertools.chain(module.parameters(), module.buffers()):
+            dist.broadcast(t.data, src)
 
 
 def allreduce_grads(params: Iterable[torch.Tensor]) -> None:

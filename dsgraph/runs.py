@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -241,7 +241,7 @@ class RunFolder:
         """Refuse, before the first epoch, a run whose checkpoints cannot fit: the last one
         (weights and Adam's two moments), the best model, and the new copy written beside the
         old before it replaces it."""
-        weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        weights = sum(t.numel() * t.element_size() for t in tensors(model.state_dict()))
         check_free_space(self.path, 2 * 3 * weights + weights + (1 << 20), "the checkpoints")
 
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -323,3 +323,12 @@ _NOT_FINGERPRINTED = ("dataset.cache_dir", "partition.out_dir", "partition.graph
                       # evaluation data only: the weights do not depend on them
                       "dataset.test_path", "dataset.transfer_path", "physics.test_resolution",
                       "physics.test_points")
+
+
+def tensors(state: Any) -> Iterator[torch.Tensor]:
+    """Every tensor of a state dict, including those nested in a module's extra state."""
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for value in state.values():
+            yield from tensors(value)

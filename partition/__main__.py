@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 import json
 import os
 import re
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     # Imported only now: torch reads OMP_NUM_THREADS when it loads, and config errors and the
     # check of existing partitions above should not wait for torch and DGL to load.
     from dsgraph.data import load_graph
-    from dsgraph.partition import partition_graph
+    from dsgraph.data.graphs import is_hetero
+    from dsgraph.partition import partition_graph, partition_hetero_graph
 
     source = partition_source(cfg)
     p = cfg.partition
@@ -97,11 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
         g, link_split = edge_split(g, cfg)
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
+    # a heterogeneous graph gets DGL's typed partition format (type-wise id ranges)
+    write = partition_hetero_graph if is_hetero(g) else partial(partition_graph,
+                                                                 link_split=link_split)
     try:
-        path = partition_graph(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
-                               force=force, balance_train=p.balance_train,
-                               balance_edges=p.balance_edges, extra_stats={"source": source},
-                               source=source, link_split=link_split)
+        path = write(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
+                     force=force, balance_train=p.balance_train, balance_edges=p.balance_edges,
+                     extra_stats={"source": source}, source=source)
     except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
         raise storage_error(exc, out / p.graph_name, "the partition files") from None
     _print_done(out, path)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         task_class(cfg.task_name).check_outputs(
             args.embeddings,
             probe_model(cfg.model.name, cfg.model.args) if args.embeddings else None)
-        strategy = strategy_class(cfg.train.mode, cfg.task_name)
+        strategy = strategy_class(cfg)
         prepared = strategy.prepare(cfg)
         if args.pairs is not None:
             if cfg.task_name != "link_prediction":

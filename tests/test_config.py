@@ -242,8 +242,8 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
      "dataset.name: expected one of 'darcy', 'airfoil', 'fields' for train.mode 'dsmpnn', got "
      "'synthetic'"),
     (["dataset.name=darcy"],
-     "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb', 'chunked' for train.mode "
-     "'sampled', got 'darcy'"),
+     "dataset.name: expected one of 'synthetic', 'file', 'csv', 'ogb', 'chunked', "
+     "'synthetic_hetero' for train.mode 'sampled', got 'darcy'"),
     (["train.dtype=float64"],
      "train.dtype: expected 'float32' for train.mode 'sampled' (DistGraph serves float32 "
      "features), got 'float64'"),

@@ -38,7 +38,7 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
     measured peaks.
     """
     t0 = time.perf_counter()
-    strategy = strategy_class(cfg.train.mode, cfg.task_name)
+    strategy = strategy_class(cfg)
     if prepared is None:
         prepared = strategy.prepare(cfg)
     if plan is None:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
-    prepared = strategy_class(cfg.train.mode, cfg.task_name).prepare(cfg)
+    prepared = strategy_class(cfg).prepare(cfg)
     plan = plan_job(cfg)
     if args.plan:
         print(format_plan(plan))

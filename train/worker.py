@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hook", action="append", default=[], metavar="MODULE:FACTORY")
     args = parser.parse_args(argv)
     cfg = RunFolder(args.run_dir).config()
-    strategy = strategy_class(cfg.train.mode, cfg.task_name)(cfg)
+    strategy = strategy_class(cfg)(cfg)
     Trainer(cfg, args.run_dir, strategy, args.resume, [load_hook(h) for h in args.hook]).run()
 
 

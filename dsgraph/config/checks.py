@@ -25,7 +25,7 @@ PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (ho
 # A chunked folder is partitioned chunk by chunk: its masks are the split (nothing draws one).
 DATASET_READERS = {"path": (FILE_DATASETS, None),
                    "split": (("file", "csv", "ogb", "fields"), None),
-                   "add_reverse_edges": (("file", "csv", "ogb"), "auto"),
+                   "add_reverse_edges": (("file", "csv", "ogb", "synthetic_hetero"), "auto"),
                    "test_path": (("fields",), None), "transfer_path": (("fields",), None),
                    "x_key": (("fields",), "x"), "y_key": (("fields",), "y"),
                    "pos_key": (("fields",), "pos"), "target": (GRAPH_DATASETS, "class")}

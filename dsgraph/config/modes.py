@@ -14,6 +14,8 @@ from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES,
 from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
+# Heterogeneous graphs (several node and edge types) train in sampled mode only.
+HETERO_DATASETS = ("synthetic_hetero",)
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
 NODE_TASKS = ("node_classification", "node_regression", "multilabel")
 # Tasks whose training examples are edges (docs/tasks.md): their own strategy per mode.
@@ -44,7 +46,7 @@ class SampledConfig(ModeSection):
     """``train.mode: sampled``: mini-batches drawn by DGL's neighbour sampler over DistGraph."""
 
     MODE: ClassVar[str] = "sampled"
-    DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
+    DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS + HETERO_DATASETS
     TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS
 
     batch_size: int = opt(1024, "seed nodes (`link_prediction`: training edges) per mini-batch "
@@ -86,6 +88,14 @@ class SampledConfig(ModeSection):
         "even", "training seeds per trainer: `even` (DGL's `node_split`: equal counts, topped "
                 "up with nodes of other partitions) or `owned` (the trainer's partition's own "
                 "nodes only, so their neighbourhoods stay local; counts may differ)")
+    relation_fanouts: dict = opt(doc="heterogeneous graphs: `{relation: [per-layer fanouts]}` "
+                                     "for the named relations (the others sample `fanouts`); "
+                                     "0 skips a relation in that layer", factory=dict)
+    embedding_dim: int = opt(64, "heterogeneous graphs: width of the learnable embedding that "
+                                 "nodes of a type without `feat` get (DGL DistEmbedding, held by "
+                                 "the servers, sparse Adam updates)", ge=1, cap=MAX_FANOUT)
+    embedding_lr: float = opt(0.05, "heterogeneous graphs: learning rate of those embeddings",
+                              gt=0)
     local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
                                       "in full (inner nodes, and halo nodes with `partition."
                                       "halo_hops: 2`) locally; only the rest over RPC")

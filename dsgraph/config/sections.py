@@ -19,10 +19,13 @@ from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarC
 class DatasetConfig:
     """Which data to train on: a generated graph, a user's graph files or physics fields."""
 
-    name: Literal["synthetic", "file", "csv", "ogb", "chunked", "darcy", "airfoil", "fields"] = opt(
+    name: Literal["synthetic", "synthetic_hetero", "file", "csv", "ogb", "chunked", "darcy",
+                  "airfoil", "fields"] = opt(
         "synthetic", "graphs (modes `sampled`, `sar`): `synthetic` (generated), `file`, `csv` "
         "(a DGL CSV folder), `ogb` (an OGB node-property folder), `chunked` (a folder in DGL's "
-        "chunked graph format, partitioned without loading it whole); physics fields (mode "
+        "chunked graph format, partitioned without loading it whole); heterogeneous graphs "
+        "(mode `sampled`): `synthetic_hetero` (generated), `csv` / `ogb` folders with several "
+        "node and edge types (ogbn-mag's layout); physics fields (mode "
         "`dsmpnn`): `darcy`, `airfoil` (generated), `fields` (a file of input and solution "
         "fields)")
     path: Optional[str] = opt(None, "what `file`, `csv`, `ogb` and `fields` read (other datasets "

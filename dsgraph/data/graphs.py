@@ -14,6 +14,8 @@ from dsgraph.config import DatasetConfig
 from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.files import load_graph_file
+from dsgraph.data.hetero import (generate_hetero, is_hetero_csv, is_hetero_ogb, load_csv_hetero,
+                                 load_ogb_hetero, target_ntype)
 from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
@@ -35,13 +37,21 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
         g = open_dataset(cfg).to_dgl()
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
+    elif cfg.name == "synthetic_hetero":
+        g = _load_synthetic_hetero(cfg)
     else:
         raise ConfigError(f"dataset.name: {cfg.name!r} is a physics dataset; expected "
                           f"'synthetic', 'file', 'csv', 'ogb' or 'chunked' for graph training")
-    if not bool(g.ndata["train_mask"].any()):  # the file loaders check this with the file named
-        raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes()} nodes gives no "
+    ntype = target_ntype(g) if is_hetero(g) else g.ntypes[0]
+    if not bool(g.nodes[ntype].data["train_mask"].any()):  # file loaders name the file instead
+        raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes(ntype)} nodes gives no "
                         f"training node; raise dataset.train_frac or dataset.num_nodes")
     return g
+
+
+def is_hetero(g: dgl.DGLGraph) -> bool:
+    """Whether ``g`` has several node or edge types (:mod:`dsgraph.data.hetero`'s contract)."""
+    return len(g.ntypes) > 1 or len(g.canonical_etypes) > 1
 
 
 def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
@@ -54,12 +64,41 @@ def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DG
             raise DataError(f"{cfg.path}: an OGB link-property folder (edges and an edge split, no "
                             f"node labels); expected task.name link_prediction, got {task!r}")
         return load_ogb_link(cfg.path, cfg.add_reverse_edges, split)
+    if cfg.name == "ogb" and is_hetero_ogb(cfg.path):
+        _node_task_only(cfg, task)
+        return load_ogb_hetero(cfg.path, cfg.add_reverse_edges, split, cfg.seed)
+    if cfg.name == "csv" and is_hetero_csv(cfg.path):
+        _node_task_only(cfg, task)
+        return load_csv_hetero(cfg.path, cfg.cache_dir, split, cfg.seed, cfg.add_reverse_edges)
     if cfg.name == "ogb":
         return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
     reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
     if cfg.name == "csv":
         return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target)
     return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
+
+
+def _node_task_only(cfg: DatasetConfig, task: Optional[str]) -> None:
+    """Heterogeneous graphs train node classification of their target type."""
+    if task not in (None, "node_classification"):
+        raise DataError(f"{cfg.path}: a heterogeneous graph (several node and edge types); "
+                        f"expected task.name node_classification, got {task!r}")
+
+
+def _load_synthetic_hetero(cfg: DatasetConfig) -> dgl.DGLGraph:
+    """The generated heterogeneous graph, cached like the homogeneous one."""
+    params = {k: v for k, v in vars(cfg).items() if k not in NOT_SYNTHETIC or
+              k == "add_reverse_edges"}
+    path = Path(cfg.cache_dir) / f"synthetic-hetero-{param_hash(params)}.dgl"
+
+    def load(p: str):
+        g = dgl.load_graphs(p)[0][0]
+        data = g.nodes[target_ntype(g)].data
+        for key in GRAPH_KEYS[2:]:  # dgl.save_graphs stores bool node data as uint8
+            data[key] = data[key].bool()
+        return g
+
+    return cached(path, lambda: generate_hetero(cfg), lambda g, p: dgl.save_graphs(p, [g]), load)
 
 
 def _load_synthetic(cfg: DatasetConfig) -> dgl.DGLGraph:

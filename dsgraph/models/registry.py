@@ -16,6 +16,8 @@ BUILTIN = {
     "gat": "dsgraph.models.gnn:GAT",
     "mlp": "dsgraph.models.gnn:MLP",
     "mpnn": "dsgraph.models.mpnn:KernelMPNN",
+    "rgcn": "dsgraph.models.hetero:RGCN",  # heterogeneous graphs (dsgraph.models.hetero)
+    "rgat": "dsgraph.models.hetero:RGAT",
 }
 # The launcher's probe reads a model's structure (layer count, layer types), never its widths:
 # a built-in model is probed with its width-like args capped at these, so the probe stays a few

@@ -1,6 +1,7 @@
 """Graph partitioning: node assignment (``assign``; from a graph read in chunks:
-``stream_assign``), partition files (``format``, ``reader``; streamed: ``dispatch``), their
-integrity block (``meta``, ``integrity``), the streamed pipeline (``streamed``)."""
+``stream_assign``), partition files (``format``, ``reader``; heterographs: ``hetero_format``;
+streamed: ``dispatch``), their integrity block (``meta``, ``integrity``), the streamed pipeline
+(``streamed``)."""
 from __future__ import annotations
 
 from dsgraph.lazy import lazy_exports
@@ -12,12 +13,15 @@ _EXPORTS = {
     "balance_weights": "assign", "metis_assignment": "assign", "metis_parts": "assign",
     "random_assignment": "assign",
     "rebalance": "assign", "symmetric_csr": "assign",
-    "partition_graph": "build", "partition_streamed": "streamed",
+    "partition_graph": "build", "partition_hetero_graph": "build",
+    "partition_streamed": "streamed",
     "assign_streamed": "stream_assign", "dispatch_partitions": "dispatch",
     "partition_stats": "format", "split_one_hop": "format", "write_partitions": "format",
+    "homogeneous_projection": "hetero_format", "write_hetero_partitions": "hetero_format",
     "partition_fingerprint": "integrity", "verify_partitions": "integrity",
     "partition_source": "meta", "read_meta": "meta",
     "LocalPartition": "reader", "load_local_partition": "reader", "orig_ids": "reader",
+    "orig_ids_per_type": "reader",
     "partition_json": "reader",
 }
 __all__ = sorted(_EXPORTS)

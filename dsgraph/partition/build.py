@@ -15,6 +15,11 @@ from dsgraph.partition.assign import (
 )
 from dsgraph.fsutil import check_free_space
 from dsgraph.partition.format import files_bytes, write_partitions
+from dsgraph.partition.hetero_format import (
+    homogeneous_projection,
+    homogeneous_train_mask,
+    write_hetero_partitions,
+)
 
 
 def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
@@ -43,3 +48,31 @@ def partition_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
     return write_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
                             stats={**(extra_stats or {}), "wall_s": time.perf_counter() - t0},
                             num_parts=num_parts, source=source, link_split=link_split)
+
+
+def partition_hetero_graph(g: DGLGraph, num_parts: int, out_dir: str | os.PathLike,
+                           graph_name: str = "graph", method: str = "metis", halo_hops: int = 1,
+                           seed: int = 0, force: bool = False, balance_train: bool = True,
+                           balance_edges: bool = True, extra_stats: dict | None = None,
+                           source: dict | None = None) -> Path:
+    """:func:`partition_graph` for a heterograph: assign its nodes on the symmetric
+    homogeneous projection and write DGL's heterogeneous partition files.
+
+    METIS balances the target type's training nodes (placed in homogeneous order) against all
+    other nodes, of every type, as :func:`balance_weights` does for a homogeneous graph.
+    """
+    t0 = time.perf_counter()
+    check_free_space(Path(out_dir).parent, files_bytes(g), "the partition files")
+    if method == "random":
+        assign = random_assignment(g.num_nodes(), num_parts, seed)
+    else:
+        src, dst, _, _ = homogeneous_projection(g)
+        adj = symmetric_csr(src, dst, g.num_nodes())
+        train = homogeneous_train_mask(g)
+        weights = balance_weights(adj, train, balance_train, balance_edges)
+        assign = metis_assignment(adj, num_parts, weights, seed,
+                                  train_mask=train if balance_train else None)
+    return write_hetero_partitions(g, assign, out_dir, graph_name, halo_hops, method, force,
+                                   stats={**(extra_stats or {}),
+                                          "wall_s": time.perf_counter() - t0},
+                                   num_parts=num_parts, source=source)

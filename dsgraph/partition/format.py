@@ -37,7 +37,8 @@ Node ids are reshuffled so part ``k`` owns a contiguous range (part-major, origi
 a part); edge ids likewise by destination part. This is exactly what stock
 ``dgl.distributed.load_partition`` / ``DistGraphServer`` read, and what
 :mod:`dsgraph.partition.reader` relies on. Files are written into a temporary folder that is
-renamed into place only when complete.
+renamed into place only when complete. Heterogeneous graphs: :mod:`dsgraph.partition.
+hetero_format`, which shares this module's steps.
 """
 from __future__ import annotations
 
@@ -83,39 +84,16 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     JSON, listed as its ``link_split`` key and checksummed like the part files.
     """
     t0 = time.perf_counter()
-
-    if Path(out_dir).exists() and not force:  # fail before the expensive work, not after it
-        raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
-    if num_parts is None:
-        num_parts = int(assignment.max()) + 1 if assignment.size else 1
-    # minlength=num_parts: trailing empty parts must be reported, not silently dropped.
-    counts = np.bincount(assignment, minlength=num_parts)
-    if (counts == 0).any():
-        raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
-                        f"({g.num_nodes()} nodes into {num_parts} parts); use fewer parts")
     src_np, dst_np = (t.numpy() for t in g.edges())
-    a_src, a_dst = assignment[src_np], assignment[dst_np]
-    touched = (np.bincount(a_dst, minlength=num_parts)
-               + np.bincount(a_src[a_src != a_dst], minlength=num_parts))
-    if (touched == 0).any():  # DGL's partition_graph_with_halo crashes on a part with no edges
-        raise UserError(f"partition: part {int(np.argmin(touched))} would have no edges "
-                        f"({g.num_edges()} edges into {num_parts} parts); use fewer parts")
-    if halo_hops == 1:
-        parts = split_one_hop(src_np, dst_np, assignment, num_parts)
-    else:
-        structure = dgl.graph(g.edges(), num_nodes=g.num_nodes())
-        parts, _, _ = dgl.partition_graph_with_halo(
-            structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
+    num_parts = check_assignment(assignment, src_np, dst_np, g.num_nodes(), num_parts, out_dir,
+                                 force)
+    parts = split_parts(src_np, dst_np, assignment, num_parts, halo_hops, g.num_nodes())
     meta: dict = {"graph_name": graph_name, "num_nodes": g.num_nodes(), "num_edges": g.num_edges(),
                   "part_method": method, "num_parts": num_parts, "halo_hops": halo_hops,
                   "node_map": {"_N": []}, "edge_map": {"_N:_E:_N": []},
                   "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}}
     if "label" in g.ndata:  # extra key (ignored by DGL): trainers size the output layer from it
-        label = g.ndata["label"]
-        if label.dtype.is_floating_point:  # float targets / 0/1 labels: one column each
-            meta["num_targets"] = int(label.shape[1]) if label.dim() > 1 else 1
-        else:
-            meta["num_classes"] = int(label.max()) + 1
+        meta.update(label_meta(g.ndata["label"]))
     stats = {**partition_stats(g, assignment, method), **(stats or {}), "parts": []}
     check_free_space(Path(out_dir).parent, files_bytes(g, parts), "the partition files")
     with storage_errors(Path(out_dir) / graph_name, "the partition files"), \
@@ -139,38 +117,108 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
                                    "halo_nodes": int((~inner).sum()), "train_nodes": train})
             feats = {f"_N/{key}": g.ndata[key][owned_orig] for key in g.ndata.keys()}
             feats["_N/orig_id"] = owned_orig.to(torch.int64)
-            del part.ndata["orig_id"], part.edata["orig_id"]
-            # Stock partition_graph stores these flags as uint8 (its RESERVED_FIELD_DTYPE).
-            part.ndata["inner_node"] = part.ndata["inner_node"].to(torch.uint8)
-            part.edata["inner_edge"] = part.edata["inner_edge"].to(torch.uint8)
-            pdir = tmp / f"part{k}"
-            pdir.mkdir()
-            with _dgl_writes(Path(out_dir), pdir):
-                save_tensors(str(pdir / "node_feat.dgl"), feats)
-                save_tensors(str(pdir / "edge_feat.dgl"), {})
-                dgl.save_graphs(str(pdir / "graph.dgl"), [part])
-            meta[f"part-{k}"] = {"node_feats": f"part{k}/node_feat.dgl",
-                                 "edge_feats": f"part{k}/edge_feat.dgl",
-                                 "part_graph": f"part{k}/graph.dgl"}
+            meta[f"part-{k}"] = save_part(tmp, Path(out_dir), k, part, feats, {})
         if link_split is not None:
             np.savez(tmp / LINK_SPLIT_FILE, **{k: np.asarray(v, dtype=np.int64)
                                               for k, v in link_split.items()})
             meta["link_split"] = LINK_SPLIT_FILE
-        meta[BLOCK] = integrity_block(tmp, meta, graph_fingerprint(g), source)
-        (tmp / f"{graph_name}.json").write_text(json.dumps(meta, indent=1))
-        trains = [p["train_nodes"] for p in stats["parts"]]
-        stats["train_balance"] = max(trains) / max(np.mean(trains), 1e-9) if any(trains) else 1.0
-        stats["wall_s"] = stats.get("wall_s", 0.0) + time.perf_counter() - t0
-        stats["peak_rss_mb"] = peak_rss_mb()
-        (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
+        finish_partitions(tmp, meta, graph_fingerprint(g), source, stats, t0)
     return Path(out_dir) / f"{graph_name}.json"
+
+
+def check_assignment(assignment: np.ndarray, src: np.ndarray, dst: np.ndarray, num_nodes: int,
+                     num_parts: int | None, out_dir: str | os.PathLike, force: bool) -> int:
+    """The number of parts (default: the largest part id + 1), after refusing an existing
+    ``out_dir`` without ``force``, an empty part or a part without edges (one-line UserError)."""
+    if Path(out_dir).exists() and not force:  # fail before the expensive work, not after it
+        raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
+    if num_parts is None:
+        num_parts = int(assignment.max()) + 1 if assignment.size else 1
+    # minlength=num_parts: trailing empty parts must be reported, not silently dropped.
+    counts = np.bincount(assignment, minlength=num_parts)
+    if (counts == 0).any():
+        raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
+                        f"({num_nodes} nodes into {num_parts} parts); use fewer parts")
+    a_src, a_dst = assignment[src], assignment[dst]
+    touched = (np.bincount(a_dst, minlength=num_parts)
+               + np.bincount(a_src[a_src != a_dst], minlength=num_parts))
+    if (touched == 0).any():  # DGL's partition_graph_with_halo crashes on a part with no edges
+        raise UserError(f"partition: part {int(np.argmin(touched))} would have no edges "
+                        f"({src.shape[0]} edges into {num_parts} parts); use fewer parts")
+    return num_parts
+
+
+def split_parts(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_parts: int,
+                halo_hops: int, num_nodes: int, node_type: np.ndarray | None = None,
+                edge_type: np.ndarray | None = None) -> dict:
+    """Part graphs with ``halo_hops``-hop halos and reshuffled ids (ndata/edata ``orig_id``:
+    the ids in ``src``/``dst``'s numbering): :func:`split_one_hop` or DGL's own splitter.
+
+    ``node_type`` / ``edge_type`` (a heterograph's homogeneous projection): new ids type-major
+    within a part. split_one_hop keeps the input's order within a part, which is type-major
+    already; DGL's splitter needs the types to group by them (it sorts edges in CSR order).
+    """
+    if halo_hops == 1:
+        return split_one_hop(src, dst, assignment, num_parts)
+    structure = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes)
+    if node_type is not None:
+        # int64 as dgl.to_homogeneous stores them: DGL's splitter refuses other dtypes
+        structure.ndata[dgl.NTYPE] = torch.from_numpy(node_type.astype(np.int64))
+        structure.edata[dgl.ETYPE] = torch.from_numpy(edge_type.astype(np.int64))
+    parts, _, _ = dgl.partition_graph_with_halo(
+        structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
+    return parts
+
+
+def label_meta(label: torch.Tensor) -> dict:
+    """The JSON's extra key for the labels: ``num_targets`` (float) or ``num_classes`` (int)."""
+    if label.dtype.is_floating_point:  # float targets / 0/1 labels: one column each
+        return {"num_targets": int(label.shape[1]) if label.dim() > 1 else 1}
+    return {"num_classes": int(label.max()) + 1}
+
+
+def save_part(tmp: Path, out_dir: Path, k: int, part: DGLGraph, node_feats: dict,
+              edge_feats: dict) -> dict:
+    """Write part ``k``'s three files under ``tmp``/part<k>; return the JSON's ``part-k`` entry.
+
+    Drops the splitter's ``orig_id`` fields from ``part`` and stores its flags as uint8.
+    """
+    for data in (part.ndata, part.edata):
+        if "orig_id" in data:
+            del data["orig_id"]
+    # Stock partition_graph stores these flags as uint8 (its RESERVED_FIELD_DTYPE).
+    part.ndata["inner_node"] = part.ndata["inner_node"].to(torch.uint8)
+    part.edata["inner_edge"] = part.edata["inner_edge"].to(torch.uint8)
+    pdir = tmp / f"part{k}"
+    pdir.mkdir()
+    with _dgl_writes(out_dir, pdir):
+        save_tensors(str(pdir / "node_feat.dgl"), node_feats)
+        save_tensors(str(pdir / "edge_feat.dgl"), edge_feats)
+        dgl.save_graphs(str(pdir / "graph.dgl"), [part])
+    return {"node_feats": f"part{k}/node_feat.dgl", "edge_feats": f"part{k}/edge_feat.dgl",
+            "part_graph": f"part{k}/graph.dgl"}
+
+
+def finish_partitions(tmp: Path, meta: dict, graph_fp: str, source: dict | None, stats: dict,
+                      t0: float) -> None:
+    """Add the integrity block and write the JSON and ``partition_stats.json`` into ``tmp``."""
+    meta[BLOCK] = integrity_block(tmp, meta, graph_fp, source)
+    (tmp / f"{meta['graph_name']}.json").write_text(json.dumps(meta, indent=1))
+    trains = [p["train_nodes"] for p in stats["parts"]]
+    stats["train_balance"] = max(trains) / max(np.mean(trains), 1e-9) if any(trains) else 1.0
+    stats["wall_s"] = stats.get("wall_s", 0.0) + time.perf_counter() - t0
+    stats["peak_rss_mb"] = peak_rss_mb()
+    (tmp / "partition_stats.json").write_text(json.dumps(stats, indent=1))
 
 
 def files_bytes(g: DGLGraph, parts: dict | None = None) -> float:
     """The partition files' size: every node's data once and each part's structure (ids and
     flags per node and edge, halos included); before the split (no ``parts``) a lower bound,
     every node and edge once."""
-    node_data = sum(g.ndata[k].numel() * g.ndata[k].element_size() for k in g.ndata.keys())
+    node_data = 0
+    for nt in g.ntypes:  # every node type's tensors (a homogeneous graph: g.ndata's)
+        data = g.nodes[nt].data
+        node_data += sum(data[k].numel() * data[k].element_size() for k in data.keys())
     node_data += 8 * g.num_nodes()  # orig_id
     if parts is None:
         return node_data + 25 * g.num_edges() + 17 * g.num_nodes()
@@ -267,10 +315,16 @@ def split_one_hop(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_
 def partition_stats(g: DGLGraph, assignment: np.ndarray, method: str) -> dict:
     """Edge cut (edges whose endpoints lie in different parts) and node balance of an assignment."""
     src, dst = (t.numpy() for t in g.edges())
+    return assignment_stats(src, dst, g.num_nodes(), assignment, method)
+
+
+def assignment_stats(src: np.ndarray, dst: np.ndarray, num_nodes: int, assignment: np.ndarray,
+                     method: str) -> dict:
+    """:func:`partition_stats` of the graph with edges ``src`` -> ``dst``."""
     num_parts = int(assignment.max()) + 1
     counts = np.bincount(assignment, minlength=num_parts)
     cut = int((assignment[src] != assignment[dst]).sum())
-    return {"method": method, "num_parts": num_parts, "num_nodes": int(g.num_nodes()),
-            "num_edges": int(g.num_edges()), "edge_cut": cut,
-            "edge_cut_ratio": cut / max(g.num_edges(), 1),
+    return {"method": method, "num_parts": num_parts, "num_nodes": int(num_nodes),
+            "num_edges": int(src.shape[0]), "edge_cut": cut,
+            "edge_cut_ratio": cut / max(src.shape[0], 1),
             "node_balance": float(counts.max() / counts.mean())}

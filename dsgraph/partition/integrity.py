@@ -38,7 +38,10 @@ def file_sha256(path: str | Path) -> str:
 
 
 def graph_fingerprint(g: DGLGraph) -> str:
-    """sha256 over a graph's node count, edge list (in edge id order) and every node tensor."""
+    """sha256 over a graph's node count, edge list (in edge id order) and every node tensor
+    (a heterograph: :func:`hetero_fingerprint`)."""
+    if not g.is_homogeneous:
+        return hetero_fingerprint(g)
     h = hashlib.sha256(f"nodes={g.num_nodes()};edges={g.num_edges()}".encode())
     for t in g.edges():
         h.update(np.ascontiguousarray(t.numpy(), dtype=np.int64))
@@ -46,6 +49,25 @@ def graph_fingerprint(g: DGLGraph) -> str:
         value = g.ndata[key]
         h.update(f";{key}:{value.dtype}:{tuple(value.shape)};".encode())
         h.update(np.ascontiguousarray(value.numpy()).view(np.uint8))
+    return h.hexdigest()
+
+
+def hetero_fingerprint(g: DGLGraph) -> str:
+    """sha256 over a heterograph's types, per type its node count, per edge type its edge list
+    (in edge id order) and every node and edge tensor."""
+    counts = ",".join(f"{nt}={g.num_nodes(nt)}" for nt in g.ntypes)
+    h = hashlib.sha256(f"hetero;nodes:{counts}".encode())  # never a homogeneous fingerprint's
+    for etype in g.canonical_etypes:
+        h.update(f";edges:{':'.join(etype)}={g.num_edges(etype)};".encode())
+        for t in g.edges(etype=etype, order="eid"):
+            h.update(np.ascontiguousarray(t.numpy(), dtype=np.int64))
+    tensors = [(nt, g.nodes[nt].data) for nt in g.ntypes]
+    tensors += [(":".join(e), g.edges[e].data) for e in g.canonical_etypes]
+    for name, data in tensors:
+        for key in sorted(data.keys()):
+            value = data[key]
+            h.update(f";{name}/{key}:{value.dtype}:{tuple(value.shape)};".encode())
+            h.update(np.ascontiguousarray(value.numpy()).view(np.uint8))
     return h.hexdigest()
 
 

@@ -110,24 +110,40 @@ def _check_dgl_keys(meta: dict, path: Path, redo: str) -> None:
     for key, low in (("num_parts", 1), ("num_nodes", 1), ("num_edges", 0), ("halo_hops", 1)):
         if not _is_int(meta.get(key)) or meta[key] < low:
             fail(key, f"an integer >= {low}")
-    for key in ("ntypes", "etypes"):
-        if not isinstance(meta.get(key), dict) or len(meta[key]) != 1:
-            fail(key, "a mapping with one type (a homogeneous graph)")
+    for key in ("ntypes", "etypes"):  # {type: id}, ids 0..n-1 (one type: a homogeneous graph)
+        types = meta.get(key)
+        if not (isinstance(types, dict) and types and all(map(_is_int, types.values()))
+                and sorted(types.values()) == list(range(len(types)))):
+            fail(key, "a mapping of type names to the ids 0..n-1")
+    for etype in meta["etypes"]:  # canonical "src:rel:dst", its node types among ntypes
+        names = etype.split(":")
+        if len(names) != 3 or names[0] not in meta["ntypes"] or names[2] not in meta["ntypes"]:
+            fail("etypes", f"canonical 'src:rel:dst' edge types of the ntypes, not {etype!r}")
     parts = meta["num_parts"]
-    for key, total, count in (("node_map", meta["num_nodes"], "num_nodes"),
-                              ("edge_map", meta["num_edges"], "num_edges")):
+    for key, types, total, count in (("node_map", "ntypes", meta["num_nodes"], "num_nodes"),
+                                     ("edge_map", "etypes", meta["num_edges"], "num_edges")):
         value = meta.get(key)
-        if not isinstance(value, dict) or len(value) != 1:
-            fail(key, "a mapping with one type (a homogeneous graph)")
-        ranges = next(iter(value.values()))
-        if not isinstance(ranges, list) or len(ranges) != parts:
+        if not isinstance(value, dict) or set(value) != set(meta[types]):
+            fail(key, f"a mapping of the {types} ({', '.join(meta[types])}) to id ranges")
+        order = sorted(value, key=meta[types].get)  # by type id
+        if not all(isinstance(value[t], list) and len(value[t]) == parts for t in order):
             fail(key, f"num_parts={parts} id ranges")
-        if not all(isinstance(r, list) and len(r) == 2 and all(map(_is_int, r)) for r in ranges):
+        if not all(isinstance(r, list) and len(r) == 2 and all(map(_is_int, r))
+                   for t in order for r in value[t]):
             fail(key, "[start, end] integer pairs")
-        ends = [0] + [r[1] for r in ranges]
-        empty_ok = key == "edge_map"  # a part may own no edge, never no node
-        if any(r[0] != e or r[1] < r[0] or (r[1] == r[0] and not empty_ok)
-               for r, e in zip(ranges, ends)) or ends[-1] != total:
+        # Ids are part-major, type-major within a part: each range starts where the one before
+        # it ends. A part may own no edge and no node of some type, never no node at all.
+        end, empty_ok = 0, key == "edge_map"
+        for k in range(parts):
+            part_start = end
+            for t in order:
+                lo, hi = value[t][k]
+                if lo != end or hi < lo:
+                    fail(key, f"contiguous ranges covering 0..{count}={total}")
+                end = hi
+            if end == part_start and not empty_ok:
+                fail(key, f"contiguous ranges covering 0..{count}={total}")
+        if end != total:
             fail(key, f"contiguous ranges covering 0..{count}={total}")
     for k in range(parts):
         entry = meta.get(f"part-{k}")

@@ -61,9 +61,11 @@ def partition_json(cfg, check_files: bool = True) -> Path:
 
 
 def _node_ranges(meta: dict) -> torch.Tensor:
-    """``node_map`` (validated by :func:`read_meta`) as part boundaries ``[0, r1, ..., r_P]``."""
-    ranges = next(iter(meta["node_map"].values()))
-    return torch.tensor([0] + [r[1] for r in ranges], dtype=torch.int64)
+    """``node_map`` (validated by :func:`read_meta`) as part boundaries ``[0, r1, ..., r_P]``
+    (a heterogeneous map: where each part's last type range ends)."""
+    maps = list(meta["node_map"].values())
+    return torch.tensor([0] + [max(m[k][1] for m in maps) for k in range(meta["num_parts"])],
+                        dtype=torch.int64)
 
 
 def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> LocalPartition:
@@ -78,6 +80,10 @@ def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> L
     if num_parts != world_size:
         raise DataError(f"{part_json}: num_parts: the job has {world_size} workers, expected a "
                         f"partitioning into {world_size} parts, got {num_parts}")
+    if len(meta["ntypes"]) > 1:  # its node_feat.dgl holds <ntype>/<key>, no _N/ keys
+        raise DataError(f"{part_json}: ntypes: expected one node type (a homogeneous graph) for "
+                        f"full-graph training, got {len(meta['ntypes'])} "
+                        f"({', '.join(meta['ntypes'])})")
     verify_files(part_json, meta, checksum=part_files(meta, rank))
     ranges = _node_ranges(meta)
     graph, node_feats = dgl.distributed.load_partition(str(part_json), rank)[:2]
@@ -108,9 +114,40 @@ def load_local_partition(part_json: str | Path, rank: int, world_size: int) -> L
 
 
 def orig_ids(part_config: str | os.PathLike) -> torch.Tensor:
-    """``orig[new_id] = original id`` for the whole graph, from every part's node features."""
+    """``orig[new_id] = original id`` for the whole graph, from every part's node features (a
+    heterogeneous partitioning: homogeneous ids, originals in ``dgl.to_homogeneous`` order)."""
     cfg_path = Path(part_config)
     meta = read_meta(cfg_path)
+    order = sorted(meta["ntypes"], key=meta["ntypes"].get)
+    sizes = [sum(hi - lo for lo, hi in meta["node_map"][t]) for t in order]
+    offsets = [sum(sizes[:i]) for i in range(len(order))]  # where each type's ids start
+    keys = [f"{t}/orig_id" for t in order]
+    # reshuffled ids are part-major, type-major within a part
+    return torch.cat([rows[key] + off for rows in _orig_id_rows(cfg_path, meta, keys)
+                      for key, off in zip(keys, offsets)])
+
+
+def orig_ids_per_type(part_config: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """``orig[ntype][new per-type id] = original per-type id`` for every node type (the ids
+    ``g.nodes[ntype]`` of a DistGraph uses), from every part's ``<ntype>/orig_id``."""
+    cfg_path = Path(part_config)
+    meta = read_meta(cfg_path)
+    order = sorted(meta["ntypes"], key=meta["ntypes"].get)
+    parts = _orig_id_rows(cfg_path, meta, [f"{t}/orig_id" for t in order])
+    return {t: torch.cat([rows[f"{t}/orig_id"] for rows in parts]) for t in order}
+
+
+def _orig_id_rows(cfg_path: Path, meta: dict, keys: list[str]) -> list[dict[str, torch.Tensor]]:
+    """``keys`` of every part's node_feat.dgl, in part order (each file's size and sha256
+    verified first); one-line DataError for a missing key."""
     feats = [meta[f"part-{k}"]["node_feats"] for k in range(meta["num_parts"])]
     verify_files(cfg_path, meta, feats, checksum=feats)
-    return torch.cat([load_tensors(str(cfg_path.parent / rel))["_N/orig_id"] for rel in feats])
+    out = []
+    for k, rel in enumerate(feats):
+        tensors = load_tensors(str(cfg_path.parent / rel))  # one file in memory at a time
+        missing = [key for key in keys if key not in tensors]
+        if missing:
+            raise DataError(f"{cfg_path.parent / rel}: part {k}: expected node data "
+                            f"'{missing[0]}' (original ids), got {sorted(tensors)}")
+        out.append({key: tensors[key] for key in keys})
+    return out

@@ -1,0 +1,91 @@
+"""Heterogeneous graphs end to end: a generated papers/authors/fields/institutions graph
+partitioned into DGL's typed format, trained with sampled RGCN by real DistGraph servers and
+trainers (featureless types learn DistEmbedding rows), evaluated and exported by
+``python -m predict``; 2 partitions against 1."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.dist.jobs import ROOT, epochs, partition, predict, run_main, summary, train
+
+HETERO = ROOT / "configs" / "hetero.yaml"
+# A graph of a few seconds per epoch; fanouts that take (nearly) every neighbour, so
+# evaluation and predictions see the same neighbourhoods.
+SIZE = ("dataset.num_nodes=3000", "dataset.train_frac=0.5", "dataset.val_frac=0.1",
+        "dataset.test_frac=0.3", "sampled.batch_size=256", "sampled.fanouts=[30, 30]",
+        "train.epochs=12", "train.timeout_s=300")
+
+
+def sets(root: Path, parts: int) -> tuple[str, ...]:
+    """Overrides that put the data, partitions and run of ``parts`` parts under ``root``."""
+    return (f"dataset.cache_dir={root / 'data'}", f"partition.out_dir={root / f'parts{parts}'}",
+            f"partition.num_parts={parts}", *SIZE)
+
+
+@pytest.fixture(scope="module")
+def hetero_runs(tmp_path_factory) -> dict[int, Path]:
+    """The same graph and model trained on 1 and on 2 partitions."""
+    root = tmp_path_factory.mktemp("hetero")
+    runs = {}
+    for parts in (1, 2):
+        partition(HETERO, *sets(root, parts))
+        runs[parts] = root / f"run{parts}"
+        train(HETERO, runs[parts], *sets(root, parts))
+    return runs
+
+
+def test_partitions_are_typed(hetero_runs):
+    """The partition JSON is DGL's heterogeneous format with the target type named."""
+    meta = json.loads((hetero_runs[2].parent / "parts2" / "graph.json").read_text())
+    assert len(meta["ntypes"]) >= 3 and len(meta["etypes"]) >= 8  # 4 relations + reverses
+    assert meta["target_ntype"] in meta["ntypes"]
+    assert set(meta["node_map"]) == set(meta["ntypes"])
+
+
+def test_rgcn_learns_and_two_partitions_match_one(hetero_runs):
+    """Training lowers the loss, beats chance by far, and 2 partitions reach 1 partition's
+    test accuracy (within 3 points on this small graph; the benchmark states the spread)."""
+    results = {}
+    for parts, run in hetero_runs.items():
+        recs = epochs(run)
+        assert recs[-1]["loss"] < recs[0]["loss"]
+        results[parts] = summary(run)
+        assert results[parts]["num_parts"] == parts
+        assert results[parts]["target_ntype"] == "paper"
+    chance = 1 / 8  # configs/hetero.yaml: 8 classes
+    assert results[1]["test_acc"] > 3 * chance
+    assert abs(results[2]["test_acc"] - results[1]["test_acc"]) < 0.03, results
+
+
+def test_predict_exports_every_target_node_with_trained_embeddings(hetero_runs):
+    """``python -m predict`` writes one row per paper keyed by its original id; their accuracy
+    on the test papers is the run's (the checkpoint carried the learned embeddings)."""
+    import dgl
+    run = hetero_runs[2]
+    predict(run, "--checkpoint", "last")
+    out = np.load(run / "predictions.npz")
+    data = next((run.parent / "data").glob("synthetic-hetero-*.dgl"))
+    g = dgl.load_graphs(str(data))[0][0]
+    papers = g.nodes["paper"].data
+    assert sorted(out["node_id"].tolist()) == list(range(g.num_nodes("paper")))
+    pred = np.empty(g.num_nodes("paper"), dtype=np.int64)
+    pred[out["node_id"]] = out["pred"]
+    test = papers["test_mask"].bool().numpy()
+    acc = float((pred[test] == papers["label"].numpy()[test]).mean())
+    assert abs(acc - epochs(run)[-1]["test_acc"]) < 0.02, acc
+
+
+def test_hetero_refusals(hetero_runs, tmp_path):
+    """Options the heterogeneous path has not got, and an unknown relation, are refused in
+    one line before any process starts."""
+    root = hetero_runs[2].parent
+    for override, words in (("sampled.rematerialize=true", "sampled.rematerialize"),
+                            ("sampled.relation_fanouts={nope: [1, 1]}", "relation_fanouts"),
+                            ("train.mode=sar", "train.mode")):
+        code, err = run_main("train", "--config", str(HETERO), "--out", str(tmp_path / "r"),
+                             *[a for s in (*sets(root, 2), override) for a in ("--set", s)])
+        assert code != 0 and words in err and "Traceback" not in err, err[-2000:]

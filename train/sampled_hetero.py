@@ -1,0 +1,222 @@
+"""``train.mode: sampled`` on a heterogeneous graph: typed mini-batches from DistGraph servers.
+
+Seeds are the target node type's labelled nodes (the type the partition JSON names
+``target_ntype``), split evenly over trainers. Each layer samples ``sampled.fanouts`` neighbours
+per relation, or what ``sampled.relation_fanouts`` gives a named relation. Input rows come from
+each type's ``feat``, or, for a type without features, from a learnable embedding the servers
+hold (:mod:`dsgraph.distgraph.hetero_inputs`, sparse Adam at ``sampled.embedding_lr``). The
+model is a relational model (:mod:`dsgraph.models.hetero`: ``rgcn``, ``rgat``, or a user's class
+with the same contract). Gradients are summed after backward (a relation that a batch never
+reaches leaves its weights without a gradient, which DDP would refuse), and every trainer runs
+the same number of batches, because the sparse optimizer's step is collective. Evaluation and
+``python -m predict`` sample with the training fanouts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import dgl
+import torch
+from torch import nn
+
+from dsgraph import checkpoint, dist
+from dsgraph.compress import compression_context
+from dsgraph.config import Config
+from dsgraph.config.limits import short_repr
+from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.distgraph.evaluate import read_all
+from dsgraph.distgraph.hetero_inputs import HeteroInputs, HeteroNet
+from dsgraph.errors import ConfigError
+from dsgraph.models.registry import build_model
+from dsgraph.partition import partition_json
+from dsgraph.tasks.evaluation import split_figures
+from dsgraph.trainer import Strategy, Trainer
+
+# Node-type width the launcher-side probe builds the model with (its structure, not its size).
+PROBE_WIDTH = 4
+SPLITS = ("train", "val", "test")
+
+
+def layer_fanouts(cfg: Config, etypes: Sequence[tuple[str, str, str]]
+                  ) -> list[dict[tuple[str, str, str], int]]:
+    """Per layer, the fanout of every canonical edge type (``sampled.relation_fanouts`` over
+    ``sampled.fanouts``); unknown relation names or lengths are refused in one line."""
+    s = cfg.sampled
+    relations = {e[1] for e in etypes}
+    for rel, fan in s.relation_fanouts.items():
+        if rel not in relations:
+            raise ConfigError(f"{cfg.source}: sampled.relation_fanouts: {short_repr(rel)} is not "
+                              f"a relation of the graph; expected one of "
+                              f"{short_repr(sorted(relations))}")
+        if (not isinstance(fan, list) or len(fan) != len(s.fanouts)
+                or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0
+                           for f in fan)):
+            raise ConfigError(f"{cfg.source}: sampled.relation_fanouts.{rel}: expected "
+                              f"{len(s.fanouts)} fanouts >= 0 (one per layer, as "
+                              f"sampled.fanouts), got {short_repr(fan)}")
+    return [{e: int(s.relation_fanouts.get(e[1], s.fanouts)[i]) for e in etypes}
+            for i in range(len(s.fanouts))]
+
+
+def build_hetero_model(cfg: Config, widths: dict[str, int], num_classes: int,
+                       etypes: Sequence[tuple[str, str, str]]) -> nn.Module:
+    """The configured relational model (``Model(in_feats, num_classes, etypes, **args)``)."""
+    return build_model(cfg.model.name, widths, num_classes,
+                       {**cfg.model.args, "etypes": [tuple(e) for e in etypes]})
+
+
+class HeteroSampledStrategy(Strategy):
+    """Sampled relational message passing on a partitioned heterogeneous graph."""
+
+    @staticmethod
+    def prepare(cfg: Config) -> Path:
+        """Launcher side: the partitions exist; the options this mode has not got are refused;
+        the model builds over the graph's types and has one layer per fanout."""
+        s = cfg.sampled
+        for key, on in (("rematerialize", s.rematerialize), ("local_sampling", s.local_sampling),
+                        ("prefetch", s.prefetch)):
+            if on:
+                raise ConfigError(f"{cfg.source}: sampled.{key}: not available for heterogeneous "
+                                  f"graphs yet; expected it off, got {short_repr(on)}")
+        path = partition_json(cfg)
+        meta = json.loads(path.read_text())
+        etypes = [tuple(e.split(":")) for e in meta["etypes"]]
+        layer_fanouts(cfg, etypes)
+        probe = build_hetero_model(cfg, {t: PROBE_WIDTH for t in meta["ntypes"]}, 2, etypes)
+        layers = getattr(probe, "num_layers", None)
+        if layers is not None and layers != len(s.fanouts):
+            raise ConfigError(f"{cfg.source}: sampled.fanouts: {short_repr(s.fanouts)} samples "
+                              f"{len(s.fanouts)} layer(s) but model {cfg.model.name!r} has "
+                              f"{layers}; give one fanout per layer")
+        return path
+
+    @staticmethod
+    def launch(cfg: Config, job_dir: Path, prepared: Path, worker: str, args: Sequence[str],
+               name: str = "worker") -> dict[str, float]:
+        """DistGraph servers for the partitions and the trainers beside them."""
+        return run_dgl_job(job_dir, prepared, cfg.cluster, worker, args, cfg.train.timeout_s)
+
+    def connect(self, trainer: Trainer) -> None:
+        """Join the DistGraph servers (before the gloo group, as DGL's launcher does)."""
+        logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
+        dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
+
+    def setup(self, trainer: Trainer) -> nn.Module:
+        """Open the DistGraph, split the target type's labelled nodes, build inputs and model."""
+        self.g = g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+        self.pb = g.get_partition_book()
+        meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
+        self.target = t = meta["target_ntype"]
+        data = g.nodes[t].data
+        self.split = {name: dgl.distributed.node_split(data[f"{name}_mask"], self.pb, ntype=t,
+                                                       force_even=True) for name in SPLITS}
+        self.task.check_labels(data["label"].dtype, os.environ["DGL_CONF_PATH"])
+        self.label = data["label"]
+        self.task.bind(int(meta["num_classes"]),
+                       lambda: self.task.target(self.label[self.split["train"]]))
+        self.fanouts = layer_fanouts(self.cfg, g.canonical_etypes)
+        self.sampler = dgl.dataloading.NeighborSampler(self.fanouts)
+        inputs = HeteroInputs(g, self.cfg.sampled.embedding_dim)
+        model = build_hetero_model(self.cfg, inputs.widths, self.task.head_width(self.task.width),
+                                   g.canonical_etypes).to(trainer.dtype)
+        self.sparse_opt = inputs.sparse_optimizer(self.cfg.sampled.embedding_lr)
+        bs = self.cfg.sampled.batch_size
+        # Every trainer runs as many batches as the one with most seeds (the sparse step is
+        # collective); the others wrap around their seeds.
+        self.steps_per_epoch = int(dist.all_max([float(
+            (self.split["train"].numel() + bs - 1) // bs)])[0])
+        return HeteroNet(inputs, model, t)
+
+    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """One pass over this trainer's training nodes in a fresh order."""
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
+        train = self.split["train"]
+        order = train[torch.randperm(train.numel())]
+        bs, steps = self.cfg.sampled.batch_size, self.steps_per_epoch
+        if order.numel():
+            order = order.repeat((steps * bs + order.numel() - 1) // order.numel())[:steps * bs]
+        loss_sum = seeds_seen = 0.0
+        scores = [0.0] * self.task.num_sums
+        dgl.seed(seed)
+        dist.barrier()  # every trainer starts the clock together
+        t0 = time.perf_counter()
+        for input_nodes, seeds, blocks in self.sample(order):
+            y = self.task.target(self.label[seeds])
+            with compression_context(self.cfg.compression):
+                out = trainer.model(blocks, input_nodes)
+            loss = self.task.loss(out, y)
+            trainer.step(loss)
+            if self.sparse_opt is not None:
+                self.sparse_opt.step()
+            loss_sum += loss.item() * seeds.numel()
+            scores = [a + b for a, b in zip(scores, self.task.metric_sums(out.detach(), y))]
+            seeds_seen += seeds.numel()
+            trainer.advance(loss=loss.item(), seeds_s=seeds_seen / (time.perf_counter() - t0))
+        train_s = dist.all_max([time.perf_counter() - t0])[0]
+        total = dist.all_sum([loss_sum, seeds_seen, *scores])
+        return {"loss": total[0] / max(total[1], 1.0), **self.task.metrics(total[2:], "train"),
+                "samples_per_s": total[1] / train_s, "batches": steps * trainer.world}
+
+    def sample(self, order: torch.Tensor, batch_size: Optional[int] = None
+               ) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor, list]]:
+        """(input nodes per type, target-type seeds, blocks) of consecutive slices of
+        ``order`` (target-type ids), sampled in the trainer or by sampler processes."""
+        bs = batch_size or self.cfg.sampled.batch_size
+        if self.cfg.cluster.samplers_per_trainer:
+            batches: Any = dgl.dataloading.DistNodeDataLoader(self.g, {self.target: order},
+                                                              self.sampler, batch_size=bs)
+        else:
+            batches = (self.sampler.sample_blocks(self.g, {self.target: order[i:i + bs]})
+                       for i in range(0, order.numel(), bs))
+        for input_nodes, seeds, blocks in batches:
+            yield input_nodes, seeds[self.target], blocks
+
+    @torch.no_grad()
+    def outputs(self, model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        """The model's output rows of target-type nodes ``ids`` (sampled as in training)."""
+        bs = self.cfg.sampled.eval_batch_size
+        outs = [model(blocks, input_nodes) for input_nodes, _, blocks in self.sample(ids, bs)]
+        return torch.cat(outs) if outs else torch.zeros(0, self.task.head_width(self.task.width))
+
+    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+        """Validation and test metrics of the target type over all trainers."""
+        parts = {name: (self.outputs(trainer.model, self.split[name]),
+                        self.task.target(self.label[self.split[name]]))
+                 for name in ("val", "test")}
+        return split_figures(self.task, parts)
+
+    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
+        """Every target-type node's outputs, keyed by its original id, read by rank 0."""
+        if embeddings:
+            raise ConfigError(f"{self.cfg.source}: --embeddings: not available for "
+                              f"heterogeneous graphs yet")
+        t, n = self.target, self.g.num_nodes(self.target)
+        mine = dgl.distributed.node_split(torch.ones(n, dtype=torch.bool), self.pb, ntype=t,
+                                          force_even=True)
+        logits = self.outputs(trainer.model, mine)
+        sink = dgl.distributed.DistTensor((n, logits.shape[1]), logits.dtype, name="predict-out",
+                                          part_policy=self.g.get_node_partition_policy(t))
+        sink[mine] = logits
+        dist.barrier()
+        out = None
+        if trainer.rank == 0:
+            out = self.task.outputs(read_all(sink), {
+                "node_id": read_all(self.g.nodes[t].data["orig_id"]).numpy()})
+        dist.barrier()  # the DistTensor must outlive rank 0's reads
+        return out
+
+    def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Partitions, target type and the median throughput (the first epoch left out)."""
+        rates = [r["samples_per_s"] for r in records]
+        return {"num_parts": int(self.pb.num_partitions()), "target_ntype": self.target,
+                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0}
+
+    def close(self, trainer: Trainer) -> None:
+        """Say goodbye to the servers (they exit once every trainer has)."""
+        dgl.distributed.exit_client()
