@@ -145,7 +145,7 @@ def _read_parts(cfg: Any) -> tuple[dict, list[_Part]]:
     stats_file = path.parent / "partition_stats.json"
     stats = json.loads(stats_file.read_text()) if stats_file.is_file() else {}
     halos = {p.get("part"): p.get("halo_nodes", 0) for p in stats.get("parts", [])}
-    nmap = next(iter(meta["node_map"].values()))
+    nmaps = list(meta["node_map"].values())  # one per node type (heterogeneous graphs)
     parts = []
     for k in range(meta["num_parts"]):
         files = {}
@@ -156,14 +156,16 @@ def _read_parts(cfg: Any) -> tuple[dict, list[_Part]]:
                                 f"--config {cfg.source} --force`")
             files[key] = f
         try:
-            shape, size = _tensor_headers(files["node_feats"]).get("_N/feat", ((0, 0), 4))
+            headers = _tensor_headers(files["node_feats"])
         except (OSError, struct.error, UnicodeDecodeError, ValueError):
             raise DataError(f"{files['node_feats']}: not a DGL tensor file; rerun `python -m "
                             f"partition --config {cfg.source} --force`") from None
-        width = int(math.prod(shape[1:])) if len(shape) > 1 else 1
-        parts.append(_Part(nmap[k][1] - nmap[k][0], int(halos.get(k, 0)),
+        # every node type's `feat` (one, `_N/feat`, in a homogeneous graph): the widest row
+        rows = [int(math.prod(shape[1:])) * size if len(shape) > 1 else size
+                for key, (shape, size) in headers.items() if key.split("/")[-1] == "feat"]
+        parts.append(_Part(sum(m[k][1] - m[k][0] for m in nmaps), int(halos.get(k, 0)),
                            files["part_graph"].stat().st_size,
-                           files["node_feats"].stat().st_size, width * size))
+                           files["node_feats"].stat().st_size, max(rows, default=4)))
     return meta, parts
 
 
@@ -204,7 +206,10 @@ def _minibatch_mb(cfg: Any, meta: dict, row_bytes: int) -> float:
 
 
 def _cache_mb(cfg: Any, meta: dict, part: _Part) -> float:
-    """``feature_budget_bytes`` (ids included; at most every remote row) + an int64 per node."""
+    """``feature_budget_bytes`` (ids included; at most every remote row) + an int64 per node;
+    none for a heterogeneous graph (its trainer reads every remote row over RPC)."""
+    if len(meta["ntypes"]) > 1:
+        return 0.0
     s, T = cfg.sampled, cfg.cluster.trainers_per_machine
     budget = feature_budget_bytes(s.feature_memory_mb, part.nodes, part.row_bytes, T)
     row = cache_row_bytes(part.row_bytes // 4, s.feature_cache_bits)
@@ -241,6 +246,9 @@ def _plan_sampled(cfg: Any, meta: dict, parts: list[_Part]) -> MemoryPlan:
     if S > 1:
         notes.append("backup servers (servers_per_machine > 1) are planned as runtime plus the "
                      "shared graph pages they touch")
+    if len(meta["ntypes"]) > 1:
+        notes.append("heterogeneous graph: every node type's rows planned at the widest "
+                     "`feat` row; learnable embeddings of featureless types are not planned")
     if s.rematerialize or s.prefetch or c.samplers_per_trainer:
         notes.append("sampled.rematerialize / prefetch / samplers_per_trainer are not planned: "
                      "the mini-batch item assumes one batch in the trainer")

@@ -341,8 +341,8 @@ def test_unreadable_config_is_one_line(tmp_path):
      "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb, fields do); remove "
      "it or set dataset.name, got [0.5, 0.5, 0]"),
     (["dataset.add_reverse_edges=true"],
-     "dataset.add_reverse_edges: dataset 'synthetic' does not read it (only file, csv, ogb do); "
-     "remove it or set dataset.name, got True"),
+     "dataset.add_reverse_edges: dataset 'synthetic' does not read it (only file, csv, ogb, "
+     "synthetic_hetero do); remove it or set dataset.name, got True"),
     (["dataset.name=ogb"], "dataset.path: expected an OGB dataset folder (holding raw/ and "
                            "split/) when dataset.name is 'ogb', got None"),
     (["dataset.name=csv", "dataset.path="], "dataset.path: expected a DGL CSV dataset folder "
