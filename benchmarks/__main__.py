@@ -11,7 +11,7 @@ import signal
 from dsgraph.errors import UserError, cli_main
 
 BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn", "tasks",
-              "reliability", "scale")
+              "reliability", "scale", "hetero")
 
 
 @cli_main

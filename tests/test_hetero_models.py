@@ -110,3 +110,22 @@ def test_registry_builds_relational_models_with_etypes():
         assert model.num_layers == 2
     with pytest.raises(Exception, match="hidden"):
         build_model("rgat", widths, 3, {"hidden": 6, "heads": 4, "etypes": ETYPES})
+
+
+def test_relation_fanouts_override_named_relations_and_are_checked():
+    """``sampled.relation_fanouts`` replaces ``fanouts`` for the relations it names; a name the
+    graph lacks, a wrong length or a negative fanout is one line."""
+    from dsgraph import config as cfgmod
+    from dsgraph.errors import ConfigError
+    from train.sampled_hetero import layer_fanouts
+    cfg = cfgmod.load(None, ["sampled.fanouts=[10, 5]",
+                             "sampled.relation_fanouts={cites: [0, 3]}"])
+    per_layer = layer_fanouts(cfg, ETYPES)
+    assert per_layer[0][ETYPES[0]] == 0 and per_layer[1][ETYPES[0]] == 3
+    assert per_layer[0][ETYPES[1]] == 10 and per_layer[1][ETYPES[3]] == 5
+    bad = cfgmod.load(None, ["sampled.relation_fanouts={cited: [1, 1]}"])
+    with pytest.raises(ConfigError, match="'cited' is not a relation of the graph"):
+        layer_fanouts(bad, ETYPES)
+    for value in ("[1]", "[1, -1]", "[1, x]"):
+        with pytest.raises(ConfigError, match="sampled.relation_fanouts"):
+            cfgmod.load(None, [f"sampled.relation_fanouts={{cites: {value}}}"])

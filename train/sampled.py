@@ -81,17 +81,9 @@ def _fanouts_message(cfg: Config, what: str) -> str:
             f"model layer")
 
 
-class SampledStrategy(Strategy):
-    """Sampled message passing on a partitioned graph served by DistGraph."""
-
-    sync_grads = False  # DDP sums gradients during backward
-
-    @staticmethod
-    def prepare(cfg: Config) -> Path:
-        """Launcher side: the partition files exist, the model arguments are accepted and the
-        fanouts match the model's layers."""
-        check_fanouts(cfg, probe_model(cfg.model.name, cfg.model.args))  # before any process
-        return partition_json(cfg)
+class DistGraphStrategy(Strategy):
+    """A mode whose trainers read partitions served by DistGraph servers: how its job starts,
+    joins the servers and leaves them."""
 
     @staticmethod
     def launch(cfg: Config, job_dir: Path, prepared: Path, worker: str, args: Sequence[str],
@@ -104,6 +96,23 @@ class SampledStrategy(Strategy):
         """Join the DistGraph servers (before the gloo group, as DGL's launcher does)."""
         logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
         dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
+
+    def close(self, trainer: Trainer) -> None:
+        """Say goodbye to the servers (they exit once every trainer has)."""
+        dgl.distributed.exit_client()
+
+
+class SampledStrategy(DistGraphStrategy):
+    """Sampled message passing on a partitioned graph served by DistGraph."""
+
+    sync_grads = False  # DDP sums gradients during backward
+
+    @staticmethod
+    def prepare(cfg: Config) -> Path:
+        """Launcher side: the partition files exist, the model arguments are accepted and the
+        fanouts match the model's layers."""
+        check_fanouts(cfg, probe_model(cfg.model.name, cfg.model.args))  # before any process
+        return partition_json(cfg)
 
     def setup(self, trainer: Trainer) -> nn.Module:
         """Open the DistGraph, split the labelled nodes over trainers, build model and cache."""
@@ -268,11 +277,10 @@ class SampledStrategy(Strategy):
                 "feature_cache_mb": cache_mb}  # the largest trainer's cache, ids included
 
     def close(self, trainer: Trainer) -> None:
-        """Stop the prefetch thread; say goodbye to the servers (they exit once every trainer
-        has)."""
+        """Stop the prefetch thread; leave the servers."""
         if hasattr(self, "ahead"):
             self.ahead.close()
-        dgl.distributed.exit_client()
+        super().close(trainer)
 
     def _label_width(self, meta: dict) -> int:
         """Classes or targets per node, as the partition JSON records them (``num_classes`` /

@@ -14,7 +14,6 @@ the same number of batches, because the sparse optimizer's step is collective. E
 from __future__ import annotations
 
 import json
-import logging
 import os
 import statistics
 import time
@@ -29,14 +28,14 @@ from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
-from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.distgraph.evaluate import read_all
 from dsgraph.distgraph.hetero_inputs import HeteroInputs, HeteroNet
-from dsgraph.errors import ConfigError
+from dsgraph.errors import ConfigError, DataError
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
-from dsgraph.trainer import Strategy, Trainer
+from dsgraph.trainer import Trainer
+from train.sampled import DistGraphStrategy
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
 PROBE_WIDTH = 4
@@ -46,20 +45,14 @@ SPLITS = ("train", "val", "test")
 def layer_fanouts(cfg: Config, etypes: Sequence[tuple[str, str, str]]
                   ) -> list[dict[tuple[str, str, str], int]]:
     """Per layer, the fanout of every canonical edge type (``sampled.relation_fanouts`` over
-    ``sampled.fanouts``); unknown relation names or lengths are refused in one line."""
+    ``sampled.fanouts``); an unknown relation name is refused in one line."""
     s = cfg.sampled
     relations = {e[1] for e in etypes}
-    for rel, fan in s.relation_fanouts.items():
+    for rel in s.relation_fanouts:  # their lengths and values: SampledConfig.check
         if rel not in relations:
             raise ConfigError(f"{cfg.source}: sampled.relation_fanouts: {short_repr(rel)} is not "
                               f"a relation of the graph; expected one of "
                               f"{short_repr(sorted(relations))}")
-        if (not isinstance(fan, list) or len(fan) != len(s.fanouts)
-                or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0
-                           for f in fan)):
-            raise ConfigError(f"{cfg.source}: sampled.relation_fanouts.{rel}: expected "
-                              f"{len(s.fanouts)} fanouts >= 0 (one per layer, as "
-                              f"sampled.fanouts), got {short_repr(fan)}")
     return [{e: int(s.relation_fanouts.get(e[1], s.fanouts)[i]) for e in etypes}
             for i in range(len(s.fanouts))]
 
@@ -71,7 +64,7 @@ def build_hetero_model(cfg: Config, widths: dict[str, int], num_classes: int,
                        {**cfg.model.args, "etypes": [tuple(e) for e in etypes]})
 
 
-class HeteroSampledStrategy(Strategy):
+class HeteroSampledStrategy(DistGraphStrategy):
     """Sampled relational message passing on a partitioned heterogeneous graph."""
 
     @staticmethod
@@ -96,17 +89,6 @@ class HeteroSampledStrategy(Strategy):
                               f"{layers}; give one fanout per layer")
         return path
 
-    @staticmethod
-    def launch(cfg: Config, job_dir: Path, prepared: Path, worker: str, args: Sequence[str],
-               name: str = "worker") -> dict[str, float]:
-        """DistGraph servers for the partitions and the trainers beside them."""
-        return run_dgl_job(job_dir, prepared, cfg.cluster, worker, args, cfg.train.timeout_s)
-
-    def connect(self, trainer: Trainer) -> None:
-        """Join the DistGraph servers (before the gloo group, as DGL's launcher does)."""
-        logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)
-        dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
-
     def setup(self, trainer: Trainer) -> nn.Module:
         """Open the DistGraph, split the target type's labelled nodes, build inputs and model."""
         self.g = g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
@@ -128,9 +110,14 @@ class HeteroSampledStrategy(Strategy):
         self.sparse_opt = inputs.sparse_optimizer(self.cfg.sampled.embedding_lr)
         bs = self.cfg.sampled.batch_size
         # Every trainer runs as many batches as the one with most seeds (the sparse step is
-        # collective); the others wrap around their seeds.
-        self.steps_per_epoch = int(dist.all_max([float(
-            (self.split["train"].numel() + bs - 1) // bs)])[0])
+        # collective); the others wrap around their seeds, so each needs one.
+        fewest, most = dist.all_max([-float(self.split["train"].numel()),
+                                     float(self.split["train"].numel())])
+        if fewest == 0:
+            raise DataError(f"{os.environ['DGL_CONF_PATH']}: a trainer got no training node of "
+                            f"type {t!r} ({int(most)} at most per trainer); use fewer "
+                            f"trainers or more training nodes")
+        self.steps_per_epoch = int((most + bs - 1) // bs)
         return HeteroNet(inputs, model, t)
 
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
@@ -216,7 +203,3 @@ class HeteroSampledStrategy(Strategy):
         rates = [r["samples_per_s"] for r in records]
         return {"num_parts": int(self.pb.num_partitions()), "target_ntype": self.target,
                 "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0}
-
-    def close(self, trainer: Trainer) -> None:
-        """Say goodbye to the servers (they exit once every trainer has)."""
-        dgl.distributed.exit_client()

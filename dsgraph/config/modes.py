@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal, Optional
 
 from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES, MAX_PER_HOST,
                                    MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
+from dsgraph.config.limits import short_repr
 from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
@@ -116,6 +117,13 @@ class SampledConfig(ModeSection):
                 raise ConfigError(f"{cfg.source}: cluster.samplers_per_trainer: task "
                                   f"{cfg.task_name!r} samples in the trainer; expected 0, got "
                                   f"{cfg.cluster.samplers_per_trainer}")
+        for rel, fan in self.relation_fanouts.items():
+            if (not isinstance(fan, list) or len(fan) != len(self.fanouts)
+                    or not all(isinstance(f, int) and not isinstance(f, bool)
+                               and 0 <= f <= MAX_FANOUT for f in fan)):
+                raise ConfigError(f"{cfg.source}: sampled.relation_fanouts.{short_repr(rel)}: "
+                                  f"expected {len(self.fanouts)} fanouts in [0, {MAX_FANOUT}] "
+                                  f"(one per layer, as sampled.fanouts), got {short_repr(fan)}")
         if self.rematerialize and self.remat_layers > len(self.fanouts):
             raise ConfigError(f"{cfg.source}: sampled.remat_layers: expected at most one per "
                               f"layer ({len(self.fanouts)} fanouts), got {self.remat_layers}")

@@ -38,6 +38,7 @@ from dgl.data import CSVDataset
 
 from dsgraph.data.arrays import MASKS, Sources, finish, label_columns, short_error, user_path
 from dsgraph.data.link_split import GivenSplit, attach_given_split
+from dsgraph.config.limits import short_repr
 from dsgraph.errors import DataError, StorageError
 from dsgraph.fsutil import atomic_write_with
 
@@ -222,12 +223,13 @@ def _edge_split(g: dgl.DGLGraph, where: str, src: np.ndarray, dst: np.ndarray
     return GivenSplit(where, pairs)
 
 
-def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
-    """Node file, edge file and every file ``meta.yaml`` names; refuse several types early."""
+def read_meta(folder: Path) -> tuple[Path, dict]:
+    """``meta.yaml``'s path and contents, checked: a mapping whose ``node_data`` and
+    ``edge_data`` are lists of mappings with ``file_name`` (one-line DataError otherwise)."""
     meta_path = folder / META
     if not meta_path.is_file():
-        raise DataError(f"{meta_path}: file not found; a DGL CSV dataset folder holds {META}, a "
-                        f"node CSV and an edge CSV")
+        raise DataError(f"{meta_path}: file not found; a DGL CSV dataset folder holds {META}, "
+                        f"node CSVs and edge CSVs")
     try:
         meta: Any = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
@@ -239,13 +241,21 @@ def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
         if key not in meta:
             raise DataError(f"{meta_path}: missing key {key!r}; expected dataset_name, node_data "
                             f"and edge_data")
-    entries = {}
     for key in ("node_data", "edge_data"):
         items = meta[key]
         if not isinstance(items, list) or not all(isinstance(i, dict) and "file_name" in i
                                                   for i in items):
             raise DataError(f"{meta_path}: {key}: expected a list of mappings with file_name, "
-                            f"got {items!r}")
+                            f"got {short_repr(items)}")
+    return meta_path, meta
+
+
+def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
+    """Node file, edge file and every file ``meta.yaml`` names; refuse several types early."""
+    meta_path, meta = read_meta(folder)
+    entries = {}
+    for key in ("node_data", "edge_data"):
+        items = meta[key]
         if len(items) != 1:
             kind = key.split("_")[0]
             raise DataError(f"{meta_path}: {key}: expected one {kind} type (a homogeneous "

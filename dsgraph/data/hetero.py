@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import dgl
 import numpy as np
@@ -50,9 +50,12 @@ Etype = tuple[str, str, str]
 IN_GROUP = 0.9
 
 
-def target_ntype(g: dgl.DGLGraph) -> str:
-    """The node type carrying ``label``; a one-line DataError if none or several do."""
+def target_ntype(g: dgl.DGLGraph, required: bool = True) -> Optional[str]:
+    """The node type carrying ``label``; a one-line DataError if several do, or none does and
+    one is ``required`` (else None)."""
     found = [t for t in g.ntypes if "label" in g.nodes[t].data]
+    if not found and not required:
+        return None
     if len(found) != 1:
         raise DataError(f"heterogeneous graph: expected one node type with 'label' (the target "
                         f"type), got {found or 'none'} among node types {list(g.ntypes)}")

@@ -27,19 +27,18 @@ import contextlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import dgl
 import numpy as np
 import pandas as pd
-import yaml
 from dgl.data import CSVDataset
 
 from dsgraph.data.arrays import (Sources, check_feat, label_columns, resolve_masks, short_error,
                                  user_path)
-from dsgraph.data.csv_dataset import META, NodeColumns, _CachedCSVDataset, files_digest
+from dsgraph.data.csv_dataset import META, NodeColumns, _CachedCSVDataset, files_digest, read_meta
 from dsgraph.data.hetero import Etype, assemble
-from dsgraph.data.ogb import SPLIT_FILES, _int_column, _one_graph, _read_table, split_folder
+from dsgraph.data.ogb import _int_column, _one_graph, _read_table, split_folder, split_masks
 from dsgraph.data.split import MASKS
 from dsgraph.errors import DataError
 
@@ -183,25 +182,7 @@ def _official_split(root: Path, target: str, n: int) -> tuple[dict[str, np.ndarr
     folder = split_folder(root, HETERO_KNOWN, HETERO_ALIASES)
     if (folder / target).is_dir():
         folder = folder / target
-    masks: dict[str, np.ndarray] = {}
-    files: dict[str, str] = {}
-    for key, stem in SPLIT_FILES.items():
-        p = folder / f"{stem}.csv.gz"
-        ids = _int_column(p, _read_table(p, f"{target} node ids"), f"{target} node ids")
-        out = (ids < 0) | (ids >= n)
-        if out.any():
-            first = int(np.flatnonzero(out)[0])
-            raise DataError(f"{p}: {int(out.sum())} {target} node ids outside [0, {n}), first "
-                            f"{int(ids[first])} at line {first + 1}")
-        mask = np.zeros(n, dtype=bool)
-        mask[ids] = True
-        for other, seen in masks.items():
-            both = mask & seen
-            if both.any():
-                raise DataError(f"{p}: {int(both.sum())} node ids also in {files[other]} "
-                                f"(first {int(np.flatnonzero(both)[0])}); splits must be disjoint")
-        masks[key], files[key] = mask, str(p)
-    return masks, files
+    return split_masks(folder, n, f"{target} node ids")
 
 
 # --- DGL CSV --------------------------------------------------------------------------------
@@ -282,19 +263,7 @@ def load_csv_hetero(path: str | os.PathLike | None, cache_dir: str | os.PathLike
 def _hetero_meta(folder: Path) -> tuple[dict[str, str], dict[Etype, str], list[str]]:
     """Node file per type, edge file per canonical edge type and every file ``meta.yaml``
     names, checked: types declared once, edge ends declared, relation names unique."""
-    meta_path = folder / META
-    if not meta_path.is_file():
-        raise DataError(f"{meta_path}: file not found; a DGL CSV dataset folder holds {META}, "
-                        f"node CSVs and edge CSVs")
-    try:
-        meta: Any = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
-        raise DataError(f"{meta_path}: not readable YAML ({short_error(exc)})") from None
-    if not isinstance(meta, dict) or not all(isinstance(meta.get(k), list) and meta[k] and all(
-            isinstance(i, dict) and "file_name" in i for i in meta[k])
-            for k in ("node_data", "edge_data")):
-        raise DataError(f"{meta_path}: expected a mapping with node_data and edge_data, lists of "
-                        f"mappings with file_name (and ntype / etype)")
+    meta_path, meta = read_meta(folder)
     nodes: dict[str, str] = {}
     for item in meta["node_data"]:
         t = str(item.get("ntype", "_V"))  # DGL's default type name

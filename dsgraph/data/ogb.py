@@ -318,7 +318,13 @@ def split_folder(root: Path, known: dict = KNOWN, aliases: dict = ALIASES,
 
 def _official_split(root: Path, n: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Masks from the split's ``train/valid/test.csv.gz`` node-id lists (checked, disjoint)."""
-    folder = split_folder(root)
+    return split_masks(split_folder(root), n)
+
+
+def split_masks(folder: Path, n: int, what: str = "node ids"
+                ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Masks over ``n`` nodes from ``folder``'s ``train/valid/test.csv.gz`` lists of ``what``
+    (in range, disjoint), and the file each came from."""
     masks, files = {}, {}
     for key, stem in SPLIT_FILES.items():
         p = folder / f"{stem}.csv.gz"
@@ -326,11 +332,11 @@ def _official_split(root: Path, n: int) -> tuple[dict[str, np.ndarray], dict[str
             raise DataError(f"{folder / 'split_dict.pt'}: a pickled split, which dsgraph does not "
                             f"unpickle; write train/valid/test.csv.gz (one node id per line) "
                             f"or set dataset.split")
-        ids = _int_column(p, _read_table(_need(p), "node ids"), "node ids")
+        ids = _int_column(p, _read_table(_need(p), what), what)
         out = (ids < 0) | (ids >= n)
         if out.any():
             first = int(np.flatnonzero(out)[0])
-            raise DataError(f"{p}: {int(out.sum())} node ids outside [0, {n}), first "
+            raise DataError(f"{p}: {int(out.sum())} {what} outside [0, {n}), first "
                             f"{int(ids[first])} at line {first + 1}")
         mask = np.zeros(n, dtype=bool)
         mask[ids] = True

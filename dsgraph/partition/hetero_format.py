@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from dgl import DGLGraph
 
-from dsgraph.errors import DataError, UserError
+from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
 from dsgraph.partition.format import (
     assignment_stats,
@@ -43,6 +43,7 @@ from dsgraph.partition.format import (
     save_part,
     split_parts,
 )
+from dsgraph.data.hetero import target_ntype
 from dsgraph.partition.integrity import graph_fingerprint
 
 
@@ -73,19 +74,10 @@ def type_offsets(counts: list[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
-def target_ntype(g: DGLGraph) -> str | None:
-    """The node type with node data ``label`` (None when no type has labels)."""
-    labelled = [nt for nt in g.ntypes if "label" in g.nodes[nt].data]
-    if len(labelled) > 1:
-        raise DataError(f"heterograph: expected one node type with 'label' (the target type), "
-                        f"got {len(labelled)}: {', '.join(labelled)}")
-    return labelled[0] if labelled else None
-
-
 def homogeneous_train_mask(g: DGLGraph) -> np.ndarray | None:
     """The target type's ``train_mask`` placed in homogeneous order (False elsewhere); None
     when there is no target type or it has no ``train_mask``."""
-    target = target_ntype(g)
+    target = target_ntype(g, required=False)
     if target is None or "train_mask" not in g.nodes[target].data:
         return None
     off = type_offsets([g.num_nodes(nt) for nt in g.ntypes])
@@ -134,7 +126,7 @@ def write_hetero_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | 
                         f"({n} nodes), got shape {tuple(assignment.shape)}")
     src, dst, node_type, edge_type = homogeneous_projection(g)
     num_parts = check_assignment(assignment, src, dst, n, num_parts, out_dir, force)
-    target = target_ntype(g)
+    target = target_ntype(g, required=False)
     parts = split_parts(src, dst, assignment, num_parts, halo_hops, n, node_type, edge_type)
     T, E = len(ntypes), len(etypes)
     # Reshuffled ids are part-major, type-major within a part: counts per (part, type) give

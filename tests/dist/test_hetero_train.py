@@ -89,3 +89,25 @@ def test_hetero_refusals(hetero_runs, tmp_path):
         code, err = run_main("train", "--config", str(HETERO), "--out", str(tmp_path / "r"),
                              *[a for s in (*sets(root, 2), override) for a in ("--set", s)])
         assert code != 0 and words in err and "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("layout", ["ogb", "csv"])
+def test_user_folders_train_and_predict(tmp_path, layout):
+    """An ogbn-mag-layout folder and a multi-type DGL CSV folder (tests/test_hetero_data.py's
+    fixtures) go through partition, train and predict as a user runs them; predictions cover
+    every paper once."""
+    from tests.test_hetero_data import COUNTS, toy, write_dgl_csv_hetero, write_ogb_hetero
+    data = toy()
+    folder = (write_ogb_hetero(tmp_path / "mag", data) if layout == "ogb"
+              else write_dgl_csv_hetero(tmp_path / "csv", data))
+    user = (f"dataset.name={layout}", f"dataset.path={folder}",
+            f"dataset.cache_dir={tmp_path / 'data'}", f"partition.out_dir={tmp_path / 'parts'}",
+            "sampled.batch_size=8", "sampled.fanouts=[4, 4]", "model.args={hidden: 8}",
+            "train.epochs=2", "train.timeout_s=200")
+    partition(HETERO, *user)
+    train(HETERO, tmp_path / "run", *user)
+    assert summary(tmp_path / "run")["target_ntype"] == "paper"
+    predict(tmp_path / "run")
+    out = np.load(tmp_path / "run" / "predictions.npz")
+    assert sorted(out["node_id"].tolist()) == list(range(COUNTS["paper"]))
+    assert out["prob"].shape == (COUNTS["paper"], 3)

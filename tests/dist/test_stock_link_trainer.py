@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import stock_dgl_common, stock_dgl_trainer
+from benchmarks import stock_dgl_common, stock_dgl_rgcn_trainer, stock_dgl_trainer
 from benchmarks import stock_dgl_link_trainer as stock
 from benchmarks import stock_link_inputs
 from dsgraph import config as config_mod
@@ -49,7 +49,8 @@ def imported_modules(path: str) -> set[str]:
     return imported
 
 
-@pytest.mark.parametrize("module", [stock_dgl_trainer, stock, stock_dgl_common])
+@pytest.mark.parametrize("module", [stock_dgl_trainer, stock, stock_dgl_common,
+                                    stock_dgl_rgcn_trainer])
 def test_stock_trainers_import_no_dsgraph_code(module):
     # DGL's example logic on the unpatched runtime: nothing of dsgraph (its patches, its
     # samplers, its caches) may reach a stock process, not even through a shared module
