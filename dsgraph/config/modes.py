@@ -6,12 +6,12 @@ A new mode adds its section here (and a field of :class:`~dsgraph.config.section
 """
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional
 
 from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES, MAX_PER_HOST,
                                    MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
-from dsgraph.config.limits import short_repr
 from dsgraph.errors import ConfigError
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
@@ -121,9 +121,11 @@ class SampledConfig(ModeSection):
             if (not isinstance(fan, list) or len(fan) != len(self.fanouts)
                     or not all(isinstance(f, int) and not isinstance(f, bool)
                                and 0 <= f <= MAX_FANOUT for f in fan)):
-                raise ConfigError(f"{cfg.source}: sampled.relation_fanouts.{short_repr(rel)}: "
+                # reprlib: bounded, whatever a hostile config holds (limits.short_repr would
+                # import the sections module that imports this one)
+                raise ConfigError(f"{cfg.source}: sampled.relation_fanouts.{reprlib.repr(rel)}: "
                                   f"expected {len(self.fanouts)} fanouts in [0, {MAX_FANOUT}] "
-                                  f"(one per layer, as sampled.fanouts), got {short_repr(fan)}")
+                                  f"(one per layer, as sampled.fanouts), got {reprlib.repr(fan)}")
         if self.rematerialize and self.remat_layers > len(self.fanouts):
             raise ConfigError(f"{cfg.source}: sampled.remat_layers: expected at most one per "
                               f"layer ({len(self.fanouts)} fanouts), got {self.remat_layers}")

@@ -14,8 +14,8 @@ from dsgraph.config import DatasetConfig
 from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.files import load_graph_file
-from dsgraph.data.hetero import (generate_hetero, is_hetero_csv, is_hetero_ogb, load_csv_hetero,
-                                 load_ogb_hetero, target_ntype)
+from dsgraph.data.hetero import generate_hetero, is_hetero_csv, is_hetero_ogb, target_ntype
+from dsgraph.data.hetero_files import load_csv_hetero, load_ogb_hetero
 from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate

@@ -24,14 +24,14 @@ max(4 * num_classes, num_nodes / 50) fields, max(20, num_nodes / 100) institutio
 about ``avg_degree`` / 2 citations, / 4 authors and / 5 fields (at least one each), per author
 1.25 institutions.
 
-The file loaders are :mod:`dsgraph.data.hetero_files`' (``load_ogb_hetero``,
-``load_csv_hetero``), exported here too.
+The file loaders (``load_ogb_hetero``, ``load_csv_hetero``) are in
+:mod:`dsgraph.data.hetero_files`, which builds on this module.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 import dgl
 import numpy as np
@@ -223,15 +223,3 @@ def generate_hetero(cfg: DatasetConfig) -> dgl.DGLGraph:
     reverse = cfg.add_reverse_edges is not False  # "auto" and True
     return assemble(edges, counts, {"paper": paper_feat, "author": author_feat}, "paper", label,
                     masks, reverse)
-
-
-_EXPORTS = ("load_ogb_hetero", "load_csv_hetero")
-
-
-def __getattr__(name: str) -> Any:
-    """The file loaders, imported on first use: :mod:`dsgraph.data.hetero_files` imports this
-    module's helpers, so importing it here at import time would be circular."""
-    if name in _EXPORTS:
-        from dsgraph.data import hetero_files
-        return getattr(hetero_files, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from dgl import DGLGraph
 
+from dsgraph.data.hetero import target_ntype
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
 from dsgraph.partition.format import (
@@ -43,7 +44,6 @@ from dsgraph.partition.format import (
     save_part,
     split_parts,
 )
-from dsgraph.data.hetero import target_ntype
 from dsgraph.partition.integrity import graph_fingerprint
 
 

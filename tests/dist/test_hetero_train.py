@@ -91,20 +91,23 @@ def test_hetero_refusals(hetero_runs, tmp_path):
         assert code != 0 and words in err and "Traceback" not in err, err[-2000:]
 
 
-@pytest.mark.parametrize("layout", ["ogb", "csv"])
-def test_user_folders_train_and_predict(tmp_path, layout):
-    """An ogbn-mag-layout folder and a multi-type DGL CSV folder (tests/test_hetero_data.py's
-    fixtures) go through partition, train and predict as a user runs them; predictions cover
-    every paper once."""
+def test_user_folders_partition_train_and_predict(tmp_path):
+    """A multi-type DGL CSV folder and an ogbn-mag-layout folder (tests/test_hetero_data.py's
+    fixtures) partition as a user runs it; the OGB one then trains and predicts (after loading,
+    both formats take the same path), with predictions for every paper once."""
     from tests.test_hetero_data import COUNTS, toy, write_dgl_csv_hetero, write_ogb_hetero
     data = toy()
-    folder = (write_ogb_hetero(tmp_path / "mag", data) if layout == "ogb"
-              else write_dgl_csv_hetero(tmp_path / "csv", data))
-    user = (f"dataset.name={layout}", f"dataset.path={folder}",
-            f"dataset.cache_dir={tmp_path / 'data'}", f"partition.out_dir={tmp_path / 'parts'}",
-            "sampled.batch_size=8", "sampled.fanouts=[4, 4]", "model.args={hidden: 8}",
-            "train.epochs=2", "train.timeout_s=200")
-    partition(HETERO, *user)
+    for layout, folder in (("csv", write_dgl_csv_hetero(tmp_path / "csv", data)),
+                           ("ogb", write_ogb_hetero(tmp_path / "mag", data))):
+        user = (f"dataset.name={layout}", f"dataset.path={folder}",
+                f"dataset.cache_dir={tmp_path / 'data'}",
+                f"partition.out_dir={tmp_path / f'parts-{layout}'}", "sampled.batch_size=8",
+                "sampled.fanouts=[4, 4]", "model.args={hidden: 8}", "train.epochs=2",
+                "train.timeout_s=200")
+        partition(HETERO, *user)
+        meta = json.loads((tmp_path / f"parts-{layout}" / "graph.json").read_text())
+        assert meta["target_ntype"] == "paper" and meta["num_classes"] == 3
+        assert sum(hi - lo for lo, hi in meta["node_map"]["author"]) == COUNTS["author"]
     train(HETERO, tmp_path / "run", *user)
     assert summary(tmp_path / "run")["target_ntype"] == "paper"
     predict(tmp_path / "run")
