@@ -170,7 +170,11 @@ OGB_ERRORS = [
     (_rewrite("triplet-type-list.csv.gz", [["paper", "cites", "venue"]]),
      "raw/triplet-type-list.csv.gz: line 1: node type 'venue' is not in num-node-dict.csv.gz"),
     (_rewrite("num-node-dict.csv.gz", [list(COUNTS), ["30", "8", "x", "40"]]),
-     "raw/num-node-dict.csv.gz: expected a node count >= 0 under 'institution', got 'x'"),
+     "raw/num-node-dict.csv.gz: expected a node count in [0, 2147483648] under 'institution', "
+     "got 'x'"),
+    (_rewrite("num-node-dict.csv.gz", [list(COUNTS), ["30", "8", "10" * 9, "40"]]),
+     "raw/num-node-dict.csv.gz: expected a node count in [0, 2147483648] under 'institution', "
+     "got '101010101010101010'"),
     (lambda r, d: (r / "split" / "time" / "paper" / "valid.csv.gz").unlink(),
      "split/time/paper/valid.csv.gz: file not found"),
     (lambda r, d: _csv_gz(r / "split" / "time" / "paper" / "test.csv.gz", [1, 45]),

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from dgl.data import CSVDataset
 
+from dsgraph.config.fields import MAX_NODES
 from dsgraph.data.arrays import (Sources, check_feat, label_columns, resolve_masks, short_error,
                                  user_path)
 from dsgraph.data.csv_dataset import META, NodeColumns, _CachedCSVDataset, files_digest, read_meta
@@ -99,8 +100,9 @@ def _node_counts(p: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, count in zip(values[0], values[1]):
         name, text = str(name).strip(), str(count).strip()
-        if not text.isdigit():
-            raise DataError(f"{p}: expected a node count >= 0 under {name!r}, got {text!r}")
+        if not text.isdigit() or int(text) > MAX_NODES:  # a hostile count allocates nothing
+            raise DataError(f"{p}: expected a node count in [0, {MAX_NODES}] under {name!r}, "
+                            f"got {text[:40]!r}")
         if name in counts:
             raise DataError(f"{p}: node type {name!r} is listed twice")
         counts[name] = int(text)
