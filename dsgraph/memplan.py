@@ -206,10 +206,7 @@ def _minibatch_mb(cfg: Any, meta: dict, row_bytes: int) -> float:
 
 
 def _cache_mb(cfg: Any, meta: dict, part: _Part) -> float:
-    """``feature_budget_bytes`` (ids included; at most every remote row) + an int64 per node;
-    none for a heterogeneous graph (its trainer reads every remote row over RPC)."""
-    if len(meta["ntypes"]) > 1:
-        return 0.0
+    """``feature_budget_bytes`` (ids included; at most every remote row) + an int64 per node."""
     s, T = cfg.sampled, cfg.cluster.trainers_per_machine
     budget = feature_budget_bytes(s.feature_memory_mb, part.nodes, part.row_bytes, T)
     row = cache_row_bytes(part.row_bytes // 4, s.feature_cache_bits)
@@ -247,8 +244,8 @@ def _plan_sampled(cfg: Any, meta: dict, parts: list[_Part]) -> MemoryPlan:
         notes.append("backup servers (servers_per_machine > 1) are planned as runtime plus the "
                      "shared graph pages they touch")
     if len(meta["ntypes"]) > 1:
-        notes.append("heterogeneous graph: every node type's rows planned at the widest "
-                     "`feat` row; learnable embeddings of featureless types are not planned")
+        notes.append("heterogeneous graph: every node type's rows (and cached rows) planned at "
+                     "the widest `feat` row; embeddings of featureless types are not planned")
     if s.rematerialize or s.prefetch or c.samplers_per_trainer:
         notes.append("sampled.rematerialize / prefetch / samplers_per_trainer are not planned: "
                      "the mini-batch item assumes one batch in the trainer")

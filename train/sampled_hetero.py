@@ -3,8 +3,10 @@
 Seeds are the target node type's labelled nodes (the type the partition JSON names
 ``target_ntype``), split evenly over trainers. Each layer samples ``sampled.fanouts`` neighbours
 per relation, or what ``sampled.relation_fanouts`` gives a named relation. Input rows come from
-each type's ``feat``, or, for a type without features, from a learnable embedding the servers
-hold (:mod:`dsgraph.distgraph.hetero_inputs`, sparse Adam at ``sampled.embedding_lr``). The
+each type's ``feat`` (own rows from shared memory, the remote rows read most in pre-sampled
+batches from a cache within ``sampled.feature_memory_mb``, the rest over RPC) or, for a type
+without features, from a learnable embedding the servers hold
+(:mod:`dsgraph.distgraph.hetero_inputs`, sparse Adam at ``sampled.embedding_lr``). The
 model is a relational model (:mod:`dsgraph.models.hetero`: ``rgcn``, ``rgat``, or a user's class
 with the same contract). Gradients are summed after backward (a relation that a batch never
 reaches leaves its weights without a gradient, which DDP would refuse), and every trainer runs
@@ -28,6 +30,7 @@ from dsgraph import checkpoint, dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
+from dsgraph.distgraph.budget import feature_budget_bytes
 from dsgraph.distgraph.evaluate import read_all
 from dsgraph.distgraph.hetero_inputs import HeteroInputs, HeteroNet
 from dsgraph.errors import ConfigError, DataError
@@ -35,7 +38,7 @@ from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.trainer import Trainer
-from train.sampled import DistGraphStrategy
+from train.sampled import PRESAMPLE_BATCHES, DistGraphStrategy
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
 PROBE_WIDTH = 4
@@ -72,6 +75,10 @@ class HeteroSampledStrategy(DistGraphStrategy):
         """Launcher side: the partitions exist; the options this mode has not got are refused;
         the model builds over the graph's types and has one layer per fanout."""
         s = cfg.sampled
+        if s.feature_cache_policy != "frequency":
+            raise ConfigError(f"{cfg.source}: sampled.feature_cache_policy: heterogeneous graphs "
+                              f"rank cached rows by 'frequency', got "
+                              f"{short_repr(s.feature_cache_policy)}")
         for key, on in (("rematerialize", s.rematerialize), ("local_sampling", s.local_sampling),
                         ("prefetch", s.prefetch)):
             if on:
@@ -105,9 +112,15 @@ class HeteroSampledStrategy(DistGraphStrategy):
         self.fanouts = layer_fanouts(self.cfg, g.canonical_etypes)
         self.sampler = dgl.dataloading.NeighborSampler(self.fanouts)
         inputs = HeteroInputs(g, self.cfg.sampled.embedding_dim)
+        s = self.cfg.sampled
+        budget = feature_budget_bytes(s.feature_memory_mb, inputs.own_feature_bytes(), 1,
+                                      self.cfg.cluster.trainers_per_machine)
+        if budget > 0:
+            inputs.fill_caches(self._presample(trainer.rank), budget, s.feature_cache_bits)
         model = build_hetero_model(self.cfg, inputs.widths, self.task.head_width(self.task.width),
                                    g.canonical_etypes).to(trainer.dtype)
         self.sparse_opt = inputs.sparse_optimizer(self.cfg.sampled.embedding_lr)
+        self.inputs = inputs
         bs = self.cfg.sampled.batch_size
         # Every trainer runs as many batches as the one with most seeds (the sparse step is
         # collective); the others wrap around their seeds, so each needs one.
@@ -130,6 +143,7 @@ class HeteroSampledStrategy(DistGraphStrategy):
             order = order.repeat((steps * bs + order.numel() - 1) // order.numel())[:steps * bs]
         loss_sum = seeds_seen = 0.0
         scores = [0.0] * self.task.num_sums
+        self.inputs.reset_figures()
         dgl.seed(seed)
         dist.barrier()  # every trainer starts the clock together
         t0 = time.perf_counter()
@@ -146,9 +160,24 @@ class HeteroSampledStrategy(DistGraphStrategy):
             seeds_seen += seeds.numel()
             trainer.advance(loss=loss.item(), seeds_s=seeds_seen / (time.perf_counter() - t0))
         train_s = dist.all_max([time.perf_counter() - t0])[0]
-        total = dist.all_sum([loss_sum, seeds_seen, *scores])
-        return {"loss": total[0] / max(total[1], 1.0), **self.task.metrics(total[2:], "train"),
-                "samples_per_s": total[1] / train_s, "batches": steps * trainer.world}
+        total = dist.all_sum([loss_sum, seeds_seen, *self.inputs.cache_figures(), *scores])
+        return {"loss": total[0] / max(total[1], 1.0), **self.task.metrics(total[5:], "train"),
+                "samples_per_s": total[1] / train_s, "batches": steps * trainer.world,
+                "remote_feature_bytes": int(total[2]),
+                # of the feature rows owned by another partition, the share the caches served
+                "cache_hit_rate": total[3] / total[4] if total[4] else None}
+
+    def _presample(self, rank: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Input nodes of :data:`PRESAMPLE_BATCHES` mini-batches of this trainer's training
+        seeds, sampled as training samples them (what the feature caches rank by)."""
+        seeds = self.split["train"]
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, 0, rank)
+        order = seeds[torch.randperm(seeds.numel(),
+                                     generator=torch.Generator().manual_seed(seed))]
+        dgl.seed(seed)
+        for input_nodes, _, _ in self.sample(order[:PRESAMPLE_BATCHES
+                                                         * self.cfg.sampled.batch_size]):
+            yield input_nodes
 
     def sample(self, order: torch.Tensor, batch_size: Optional[int] = None
                ) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor, list]]:
@@ -202,4 +231,6 @@ class HeteroSampledStrategy(DistGraphStrategy):
         """Partitions, target type and the median throughput (the first epoch left out)."""
         rates = [r["samples_per_s"] for r in records]
         return {"num_parts": int(self.pb.num_partitions()), "target_ntype": self.target,
-                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0}
+                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
+                # the largest trainer's caches, ids included
+                "feature_cache_mb": dist.all_max([self.inputs.cache_bytes / 2**20])[0]}

@@ -16,6 +16,7 @@ import logging
 from typing import Any, Callable, Iterable, Optional
 
 import torch
+from dgl.distributed.constants import DEFAULT_NTYPE
 
 from dsgraph.compress.rows import QuantizedRows
 from dsgraph.distgraph import cache_policy
@@ -49,8 +50,10 @@ class CachedFeatures:
     """Rows of a DistGraph node tensor by global id: this machine's partition's rows from
     shared memory, cached remote rows (after :meth:`fill`) from the cache, the rest over RPC."""
 
-    def __init__(self, g, name: str = "feat") -> None:
-        self.tensor = g.ndata[name]
+    def __init__(self, g, name: str = "feat", ntype: Optional[str] = None) -> None:
+        # ntype: a heterogeneous graph's node type, whose per-type ids the reader then takes
+        self.tensor = g.nodes[ntype].data[name] if ntype else g.ndata[name]
+        self.ntype = ntype or DEFAULT_NTYPE
         self.pb = g.get_partition_book()
         self.partid = self.pb.partid
         self.remote_rows = 0  # rows that went over RPC (cache misses), for metrics
@@ -126,7 +129,7 @@ class CachedFeatures:
         the cache stores them)."""
         if self.own_rows is None:
             return self._remote(ids)
-        remote = self.pb.nid2partid(ids) != self.partid
+        remote = self.pb.nid2partid(ids, self.ntype) != self.partid
         if not bool(remote.any()):
             return self.own_rows.index_select(0, self.policy.to_local(ids))
         # One gather over every position (remote ones read row 0, overwritten below) beats

@@ -1,6 +1,12 @@
 """Input rows of a heterogeneous mini-batch: each node type's ``feat`` read from DistGraph, or,
 for a type without features, a learnable embedding held by the DistGraph servers.
 
+Feature rows are read as the homogeneous trainer reads them (:mod:`dsgraph.distgraph.features`,
+one reader per type): own rows from the server's shared memory, remote rows from a cache within
+the trainer's ``sampled.feature_memory_mb`` (quantized to ``sampled.feature_cache_bits``), the
+rest over RPC. One budget covers every type: the remote rows read most often in pre-sampled
+mini-batches, per cached byte, fill it (:meth:`HeteroInputs.fill_caches`).
+
 The embeddings are DGL ``DistEmbedding`` tables (one per featureless type, rows partitioned like
 the type's nodes), updated sparsely by DGL's distributed ``SparseAdam`` as DGL's distributed
 RGCN example does: a trainer never holds a whole table. They are part of the model's state
@@ -9,11 +15,14 @@ see the trained rows; the sparse optimizer's moments are not checkpointed.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import dgl
 import torch
 from torch import nn
+
+from dsgraph.distgraph.budget import cache_row_bytes
+from dsgraph.distgraph.features import CachedFeatures
 
 # Rows read per request when a checkpoint gathers or restores an embedding table.
 STATE_CHUNK_ROWS = 1 << 18
@@ -30,7 +39,7 @@ class HeteroInputs(nn.Module):
     def __init__(self, g, embedding_dim: int) -> None:
         super().__init__()
         self.g = g
-        self.features = {t: g.nodes[t].data["feat"] for t in g.ntypes
+        self.features = {t: CachedFeatures(g, "feat", t) for t in g.ntypes
                          if "feat" in g.nodes[t].data}
         self.embeddings = {
             t: dgl.distributed.DistEmbedding(g.num_nodes(t), embedding_dim, name=f"embed-{t}",
@@ -41,8 +50,58 @@ class HeteroInputs(nn.Module):
     @property
     def widths(self) -> dict[str, int]:
         """Input width of every node type (a model's ``in_feats``)."""
-        return {**{t: int(f.shape[1]) for t, f in self.features.items()},
+        return {**{t: f.width for t, f in self.features.items()},
                 **{t: int(e.embedding_dim) for t, e in self.embeddings.items()}}
+
+    def own_feature_bytes(self) -> int:
+        """Bytes of the feature rows this trainer's partition owns, over every type."""
+        pb = self.g.get_partition_book()
+        return sum(int(pb.partid2nids(pb.partid, t).numel()) * f.row_bytes
+                   for t, f in self.features.items())
+
+    def fill_caches(self, presampled: Iterable[dict[str, torch.Tensor]], budget_bytes: int,
+                    bits: int) -> None:
+        """Cache the remote feature rows read most often in ``presampled`` batches' input nodes,
+        over every type, ranked by reads per cached byte, within ``budget_bytes`` in all."""
+        pb = self.g.get_partition_book()
+        counts = {t: torch.zeros(self.g.num_nodes(t), dtype=torch.int64) for t in self.features}
+        for batch in presampled:
+            for t, ids in batch.items():
+                if t in counts and ids.numel():
+                    counts[t] += torch.bincount(ids, minlength=counts[t].numel())
+        ranked, scores, costs = [], [], []
+        for t, feat in self.features.items():
+            read = counts[t].nonzero().squeeze(1)
+            remote = read[pb.nid2partid(read, t) != pb.partid]
+            per_row = cache_row_bytes(feat.width, bits, feat.row_bytes // feat.width)
+            ranked.append(remote)
+            scores.append(counts[t][remote].double() / per_row)
+            costs.append(torch.full((remote.numel(),), per_row, dtype=torch.int64))
+        order = torch.argsort(torch.cat(scores), descending=True, stable=True)
+        chosen = order[torch.cumsum(torch.cat(costs)[order], 0) <= budget_bytes]
+        start = 0
+        for (t, feat), ids, cost in zip(self.features.items(), ranked, costs):
+            mine = chosen[(chosen >= start) & (chosen < start + ids.numel())] - start
+            start += ids.numel()
+            if mine.numel():  # in rank order, so fill keeps the most read first
+                feat.fill(ids[mine], int(mine.numel() * cost[0]), bits)
+
+    def cache_figures(self) -> tuple[int, int, int]:
+        """(bytes read over RPC, remote rows served by the caches, remote rows read) since the
+        last :meth:`reset_figures`, over every type."""
+        f = self.features.values()
+        return (sum(x.remote_rows * x.row_bytes for x in f), sum(x.cache_hits for x in f),
+                sum(x.cache_hits + x.remote_rows for x in f))
+
+    def reset_figures(self) -> None:
+        """Start counting :meth:`cache_figures` anew."""
+        for f in self.features.values():
+            f.remote_rows = f.cache_hits = 0
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes the caches hold, ids included."""
+        return sum(f.cache_bytes for f in self.features.values())
 
     def sparse_optimizer(self, lr: float) -> Optional[Any]:
         """DGL's distributed SparseAdam over the embeddings (None without featureless types).
