@@ -9,8 +9,9 @@ from benchmarks.harness import View, bars, render_saved
 
 COLUMNS = ("setting", "graph", "system", "model", "link", "hosts", "parts", "trainers",
            "samples_per_s", "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock",
-           "test_acc", "job_memory_mb", "memory_ratio_vs_stock", "peak_rss_mb", "epoch_s",
-           "load1", "wall_s")
+           "test_acc", "job_memory_mb", "memory_ratio_vs_stock", "peak_rss_mb",
+           "feature_cache_mb", "cache_hit_rate", "remote_feature_bytes", "epoch_s", "load1",
+           "wall_s")
 KEY = ("setting",)
 TITLE = ("Heterogeneous graph (RGCN): dsgraph vs stock DistDGL, partitions, and the homogeneous "
          "projection")

@@ -91,7 +91,11 @@ def _run(setting: st.Setting, base: list[str], npz: Path, tmp: Path, run_name: s
                           part_dir / "graph.json")
     return {"samples_per_s": m.steady("samples_per_s"), "epoch_s": m.steady("epoch_s"),
             "test_acc": m.summary.get("test_acc"), "job_memory_mb": m.job_memory_mb,
-            "peak_rss_mb": m.summary.get("peak_rss_mb"), "load1": m.load1, "wall_s": m.wall_s}
+            "peak_rss_mb": m.summary.get("peak_rss_mb"),
+            "feature_cache_mb": m.summary.get("feature_cache_mb"),
+            "cache_hit_rate": m.steady("cache_hit_rate"),
+            "remote_feature_bytes": m.steady("remote_feature_bytes"),
+            "load1": m.load1, "wall_s": m.wall_s}
 
 
 def _row(setting: st.Setting, runs: list[dict]) -> dict:
