@@ -28,7 +28,7 @@ import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import dgl
 import numpy as np
@@ -166,22 +166,11 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
     node_file, edge_file, names = _check_meta(folder)
     cache = Path(cache_dir) / f"csv-{files_digest(folder, names)}"
-    quiet = io.StringIO()  # DGL prints validation details and warnings to stdout
-    try:
-        with contextlib.redirect_stdout(quiet):
-            ds = _CachedCSVDataset(str(folder), cache, str(folder / node_file),
-                                   str(folder / edge_file))
-    except DataError:
-        raise
-    except KeyError as exc:  # DGL maps edge endpoints through a dict of the node ids
-        raise DataError(f"{folder / edge_file}: an edge names node id {exc.args[0]!r}, which "
-                        f"{node_file} does not list") from None
-    except Exception as exc:  # pandas, pydantic, numpy and DGL errors of malformed content
-        raise DataError(f"{folder}: not a readable DGL CSV dataset ({short_error(exc)})") from None
-    if len(ds.graphs) != 1:
-        raise DataError(f"{folder / META}: expected one graph, got {len(ds.graphs)} (several "
-                        f"graph ids); dsgraph trains on one graph")
-    g = ds.graphs[0]
+    g = parse_one_graph(
+        folder, lambda: _CachedCSVDataset(str(folder), cache, str(folder / node_file),
+                                          str(folder / edge_file)),
+        lambda exc: DataError(f"{folder / edge_file}: an edge names node id {exc.args[0]!r}, "
+                              f"which {node_file} does not list"))
     where = Sources(str(folder / node_file), src=str(folder / edge_file),
                     dst=str(folder / edge_file))
     src, dst, nd = _arrays(g, where, target)
@@ -189,6 +178,25 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
                  target=target)
     given = _edge_split(g, str(folder / edge_file), src, dst)
     return out if given is None else attach_given_split(out, given)
+
+
+def parse_one_graph(folder: Path, parse: Callable[[], CSVDataset],
+                    unknown_id: Callable[[KeyError], DataError]) -> dgl.DGLGraph:
+    """The one graph DGL's ``parse()`` reads from ``folder``, its console output swallowed and
+    its failures one-line DataErrors (``unknown_id``: an edge naming an unlisted node)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # DGL prints validation details
+            ds = parse()
+    except DataError:
+        raise
+    except KeyError as exc:  # DGL maps edge endpoints through a dict of the node ids
+        raise unknown_id(exc) from None
+    except Exception as exc:  # pandas, pydantic, numpy and DGL errors of malformed content
+        raise DataError(f"{folder}: not a readable DGL CSV dataset ({short_error(exc)})") from None
+    if len(ds.graphs) != 1:
+        raise DataError(f"{folder / META}: expected one graph, got {len(ds.graphs)} (several "
+                        f"graph ids); dsgraph trains on one graph")
+    return ds.graphs[0]
 
 
 def _edge_split(g: dgl.DGLGraph, where: str, src: np.ndarray, dst: np.ndarray

@@ -23,8 +23,6 @@ drawn with ``seed``) replaces the files' split.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from pathlib import Path
 from typing import Optional, Sequence
@@ -35,9 +33,9 @@ import pandas as pd
 from dgl.data import CSVDataset
 
 from dsgraph.config.fields import MAX_NODES
-from dsgraph.data.arrays import (Sources, check_feat, label_columns, resolve_masks, short_error,
-                                 user_path)
-from dsgraph.data.csv_dataset import META, NodeColumns, _CachedCSVDataset, files_digest, read_meta
+from dsgraph.data.arrays import Sources, check_feat, label_columns, resolve_masks, user_path
+from dsgraph.data.csv_dataset import (META, NodeColumns, _CachedCSVDataset, files_digest,
+                                      parse_one_graph, read_meta)
 from dsgraph.data.hetero import Etype, assemble
 from dsgraph.data.ogb import _int_column, _one_graph, _read_table, split_folder, split_masks
 from dsgraph.data.split import MASKS
@@ -214,19 +212,8 @@ def load_csv_hetero(path: str | os.PathLike | None, cache_dir: str | os.PathLike
     nodes, edges, names = _hetero_meta(folder)
     cache = Path(cache_dir) / f"csv-hetero-{files_digest(folder, names)}"
     node_files = {t: str(folder / f) for t, f in nodes.items()}
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # DGL prints validation details
-            ds = _HeteroCSV(str(folder), cache, node_files)
-    except DataError:
-        raise
-    except KeyError:  # DGL maps edge endpoints through a dict of each type's node ids
-        raise _unknown_endpoint(folder, nodes, edges) from None
-    except Exception as exc:  # pandas, pydantic, numpy and DGL errors of malformed content
-        raise DataError(f"{folder}: not a readable DGL CSV dataset ({short_error(exc)})") from None
-    if len(ds.graphs) != 1:
-        raise DataError(f"{folder / META}: expected one graph, got {len(ds.graphs)} (several "
-                        f"graph ids); dsgraph trains on one graph")
-    g = ds.graphs[0]
+    g = parse_one_graph(folder, lambda: _HeteroCSV(str(folder), cache, node_files),
+                        lambda _: _unknown_endpoint(folder, nodes, edges))
     labelled = [t for t in nodes if "label" in g.nodes[t].data]
     if len(labelled) != 1:
         raise DataError(f"{folder / META}: expected a label column in the node file of one type "

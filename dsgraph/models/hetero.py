@@ -11,6 +11,7 @@ output rows per node type (the trainer reads the target type's) or the target ty
 """
 from __future__ import annotations
 
+import abc
 from typing import Sequence
 
 import dgl.nn as dglnn
@@ -20,7 +21,7 @@ from torch import nn
 CanonicalEtype = tuple[str, str, str]
 
 
-class RelationalStack(nn.Module):
+class RelationalStack(nn.Module, abc.ABC):
     """Layers of per-relation convolutions summed per destination type, plus a self-loop
     linear map per node type (RGCN's ``W_0 h_v``), with ReLU and dropout between layers."""
 
@@ -43,10 +44,10 @@ class RelationalStack(nn.Module):
             self.self_loops.append(nn.ModuleDict({t: nn.Linear(w_in[t], w_out) for t in ntypes}))
         self.dropout = nn.Dropout(dropout)
 
+    @abc.abstractmethod
     def relation_conv(self, src_width: int, dst_width: int, out_width: int,
                       last: bool) -> nn.Module:
         """The convolution of one relation in one layer (``last``: the output layer)."""
-        raise NotImplementedError
 
     @property
     def num_layers(self) -> int:
