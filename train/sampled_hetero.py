@@ -11,7 +11,10 @@ model is a relational model (:mod:`dsgraph.models.hetero`: ``rgcn``, ``rgat``, o
 with the same contract). Gradients are summed after backward (a relation that a batch never
 reaches leaves its weights without a gradient, which DDP would refuse), and every trainer runs
 the same number of batches, because the sparse optimizer's step is collective. Evaluation and
-``python -m predict`` sample with the training fanouts.
+``python -m predict`` sample with the training fanouts. With ``sampled.rematerialize`` the first
+layer's relations out of featured types aggregate their source rows one owning partition (and
+``seqagg.chunk_rows`` rows) at a time and rebuild them in backward
+(:mod:`dsgraph.remat.hetero`); featureless types' embedding rows are read whole.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import dgl
 import torch
 from torch import nn
 
-from dsgraph import checkpoint, dist
+from dsgraph import checkpoint, dist, remat
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
@@ -79,8 +82,11 @@ class HeteroSampledStrategy(DistGraphStrategy):
             raise ConfigError(f"{cfg.source}: sampled.feature_cache_policy: heterogeneous graphs "
                               f"rank cached rows by 'frequency', got "
                               f"{short_repr(s.feature_cache_policy)}")
-        for key, on in (("rematerialize", s.rematerialize), ("local_sampling", s.local_sampling),
-                        ("prefetch", s.prefetch)):
+        if s.rematerialize and s.remat_layers != 1:
+            raise ConfigError(f"{cfg.source}: sampled.remat_layers: heterogeneous graphs "
+                              f"rematerialize the first layer only; expected 1, got "
+                              f"{short_repr(s.remat_layers)}")
+        for key, on in (("local_sampling", s.local_sampling), ("prefetch", s.prefetch)):
             if on:
                 raise ConfigError(f"{cfg.source}: sampled.{key}: not available for heterogeneous "
                                   f"graphs yet; expected it off, got {short_repr(on)}")
@@ -119,6 +125,9 @@ class HeteroSampledStrategy(DistGraphStrategy):
             inputs.fill_caches(self._presample(trainer.rank), budget, s.feature_cache_bits)
         model = build_hetero_model(self.cfg, inputs.widths, self.task.head_width(self.task.width),
                                    g.canonical_etypes).to(trainer.dtype)
+        self.dtype = trainer.dtype
+        if s.rematerialize:
+            remat.install(model)
         self.sparse_opt = inputs.sparse_optimizer(self.cfg.sampled.embedding_lr)
         self.inputs = inputs
         bs = self.cfg.sampled.batch_size
@@ -150,7 +159,7 @@ class HeteroSampledStrategy(DistGraphStrategy):
         for input_nodes, seeds, blocks in self.sample(order):
             y = self.task.target(self.label[seeds])
             with compression_context(self.cfg.compression):
-                out = trainer.model(blocks, input_nodes)
+                out = trainer.model(self._first_block(blocks), input_nodes)
             loss = self.task.loss(out, y)
             trainer.step(loss)
             if self.sparse_opt is not None:
@@ -193,11 +202,24 @@ class HeteroSampledStrategy(DistGraphStrategy):
         for input_nodes, seeds, blocks in batches:
             yield input_nodes, seeds[self.target], blocks
 
+    def _first_block(self, blocks: list) -> list:
+        """With ``sampled.rematerialize``: the first block's relations out of featured types
+        rematerialized (their rows pulled group by group, in chunks of ``seqagg.chunk_rows``)."""
+        if not self.cfg.sampled.rematerialize:
+            return blocks
+        features = self.inputs.features
+        hb = remat.HeteroRematBlock(
+            blocks[0], {t: remat.FeatureRows(f, self.dtype) for t, f in features.items()},
+            {t: f.width for t, f in features.items()}, self.pb.nid2partid, self.pb.partid,
+            self.cfg.seqagg.chunk_rows, self.cfg.compression, self.dtype)
+        return [hb] + list(blocks[1:])
+
     @torch.no_grad()
     def outputs(self, model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
         """The model's output rows of target-type nodes ``ids`` (sampled as in training)."""
         bs = self.cfg.sampled.eval_batch_size
-        outs = [model(blocks, input_nodes) for input_nodes, _, blocks in self.sample(ids, bs)]
+        outs = [model(self._first_block(blocks), input_nodes)
+                for input_nodes, _, blocks in self.sample(ids, bs)]
         return torch.cat(outs) if outs else torch.zeros(0, self.task.head_width(self.task.width))
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from torch import nn
 
 from dsgraph.distgraph.budget import cache_row_bytes
 from dsgraph.distgraph.features import CachedFeatures
+from dsgraph.remat import HeteroRematBlock
 
 # Rows read per request when a checkpoint gathers or restores an embedding table.
 STATE_CHUNK_ROWS = 1 << 18
@@ -158,6 +159,9 @@ class HeteroNet(nn.Module):
         self.inputs, self.model, self.target = inputs, model, target
 
     def forward(self, blocks, input_nodes: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Output rows of the batch's target-type seeds."""
+        """Output rows of the batch's target-type seeds (a rematerialized first block: the
+        featured types' destination rows only, see :mod:`dsgraph.remat.hetero`)."""
+        if isinstance(blocks[0], HeteroRematBlock):
+            input_nodes = blocks[0].input_rows(input_nodes)
         out = self.model(blocks, self.inputs(input_nodes))
         return out[self.target] if isinstance(out, dict) else out

@@ -20,11 +20,16 @@ as one autograd node (:mod:`~dsgraph.remat.layer`) that calls the layer's own fo
 * :mod:`~dsgraph.remat.backward`: the gradients, pulling and recomputing groups only where
   what the layer aggregated needs a gradient.
 
+A heterogeneous block (:class:`~dsgraph.remat.hetero.HeteroRematBlock`) hands
+``dgl.nn.HeteroGraphConv`` a RematBlock per relation out of a type with stored rows; the
+relation's layer reads its destination rows from the pair it is given.
+
 Only destination-sized tensors live across groups. Layer-0 feature or attention dropout would
 draw different masks per group run and is refused.
 """
 from dsgraph.remat.block import RematBlock
+from dsgraph.remat.hetero import HeteroRematBlock
 from dsgraph.remat.install import install
 from dsgraph.remat.rows import EmbeddingRows, FeatureRows
 
-__all__ = ["EmbeddingRows", "FeatureRows", "RematBlock", "install"]
+__all__ = ["EmbeddingRows", "FeatureRows", "HeteroRematBlock", "RematBlock", "install"]

@@ -33,8 +33,9 @@ def backward(run: Run, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
     output's gradient ``gout``."""
     rb, params = run.rb, run.params
     grads: list[Optional[torch.Tensor]] = [None] * len(params)
-    if run.input is not None:
-        run.input.start_backward()
+    for rows in (run.input, run.dst_input):
+        if rows is not None:
+            rows.start_backward()
 
     kept, run.kept = run.kept, None
     # the aggregate's gradient is needed only where backward revisits the groups. GAT's is

@@ -33,13 +33,16 @@ class Run:
     """One call of one layer on a RematBlock: its forward (see module docstring) and the state
     its backward (:func:`dsgraph.remat.backward.backward`) reads."""
 
-    def __init__(self, conv: nn.Module, rb: RematBlock,
-                 feat: Optional[torch.Tensor] = None) -> None:
+    def __init__(self, conv: nn.Module, rb: RematBlock, feat: Optional[torch.Tensor] = None,
+                 dst_feat: Optional[torch.Tensor] = None) -> None:
         self.conv, self.rb = conv, rb
         learned = list(rb.source.parameters()) if rb.source is not None else []
         self.params = [p for p in list(conv.parameters()) + learned if p.requires_grad]
         # a later layer's input rows (RematBlock without a source), and their gradient
         self.input = InputRows(feat, rb.chunk_rows) if rb.source is None else None
+        # destination rows the caller gave (a relation whose destination type is not its
+        # source type: a heterograph's layer), read by position, and their gradient
+        self.dst_input = InputRows(dst_feat, rb.chunk_rows) if dst_feat is not None else None
         self.mode = "collect"
         self.reduce: Optional[str] = None
         self.state: Optional[kernels.SpmmState] = None
@@ -142,6 +145,8 @@ class Run:
 
     def pull_dst(self, a: int, b: int) -> torch.Tensor:
         """The layer's input rows of destinations ``[a, b)``."""
+        if self.dst_input is not None:
+            return self.dst_input.rows(a, b)
         if self.input is not None:
             return self.input.rows(a, b)
         return self.rb.source.rows(self.rb.dst_ids[a:b])
@@ -149,11 +154,12 @@ class Run:
     def grad(self, outputs, inputs: list, grad_outputs) -> tuple:
         """``torch.autograd.grad`` of ``outputs`` w.r.t. ``inputs`` (unused: None); the input
         rows read since the last call get their share of the input's gradient too."""
-        leaves = self.input.take_leaves() if self.input is not None else []
-        got = torch.autograd.grad(outputs, list(inputs) + [x for _, x in leaves], grad_outputs,
-                                  allow_unused=True)
-        for (a, x), g in zip(leaves, got[len(inputs):]):
-            self.input.add_grad(a, g)
+        leaves = [(rows, a, x) for rows in (self.input, self.dst_input) if rows is not None
+                  for a, x in rows.take_leaves()]
+        got = torch.autograd.grad(outputs, list(inputs) + [x for _, _, x in leaves],
+                                  grad_outputs, allow_unused=True)
+        for (rows, a, _), g in zip(leaves, got[len(inputs):]):
+            rows.add_grad(a, g)
         return got[:len(inputs)]
 
     def dst_rows(self, a: int, b: int) -> torch.Tensor:
@@ -234,8 +240,9 @@ class Run:
             del o
             keep.add(self.emitted)
         self.final, self.kept = None, keep
-        if self.input is not None:
-            self.input.keep(self.rb.compression if for_backward else None, for_backward)
+        for rows in (self.input, self.dst_input):
+            if rows is not None:
+                rows.keep(self.rb.compression if for_backward else None, for_backward)
         # The accumulators are the aggregate itself (or, for GAT, its unnormalized sum): with
         # INT2 the kept copy replaces them, and backward reads only the small softmax terms
         # (max, denominator) and a max/min aggregation's winners.

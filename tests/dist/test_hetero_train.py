@@ -106,11 +106,13 @@ def test_hetero_refusals(hetero_runs, tmp_path):
     """Options the heterogeneous path has not got, and an unknown relation, are refused in
     one line before any process starts."""
     root = hetero_runs[2].parent
-    for override, words in (("sampled.rematerialize=true", "sampled.rematerialize"),
-                            ("sampled.relation_fanouts={nope: [1, 1]}", "relation_fanouts"),
-                            ("train.mode=sar", "train.mode")):
+    for overrides, words in ((("sampled.rematerialize=true", "sampled.remat_layers=2"),
+                              "sampled.remat_layers"),
+                             (("sampled.local_sampling=true",), "sampled.local_sampling"),
+                             (("sampled.relation_fanouts={nope: [1, 1]}",), "relation_fanouts"),
+                             (("train.mode=sar",), "train.mode")):
         code, err = run_main("train", "--config", str(HETERO), "--out", str(tmp_path / "r"),
-                             *[a for s in (*sets(root, 2), override) for a in ("--set", s)])
+                             *[a for s in (*sets(root, 2), *overrides) for a in ("--set", s)])
         assert code != 0 and words in err and "Traceback" not in err, err[-2000:]
 
 
