@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsgraph import config as config_mod
-from dsgraph.errors import DataError, UserError, cli_main
+from dsgraph.errors import ConfigError, DataError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from dsgraph.partition.integrity import verify_partitions
 from dsgraph.partition.meta import partition_source
@@ -112,10 +112,20 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def pipeline(cfg: config_mod.Config) -> str:
-    """``partition.pipeline`` resolved: ``auto`` streams chunked folders, loads the others."""
+    """``partition.pipeline`` resolved: ``auto`` streams chunked folders of one node and one edge
+    type, loads the others (typed chunked folders included: a heterograph is partitioned whole)."""
+    typed = False
+    if cfg.dataset.name == "chunked":
+        from dsgraph.data.chunked_hetero import is_hetero_chunked  # reads metadata.json only
+        typed = is_hetero_chunked(cfg.dataset.path)
+    if typed and cfg.partition.pipeline == "streamed":
+        raise ConfigError(f"{cfg.source}: partition.pipeline: 'streamed' reads a chunked folder "
+                          f"of one node type and one edge type; {cfg.dataset.path} holds several "
+                          f"(a heterogeneous graph, partitioned in memory): expected 'auto' or "
+                          f"'in_memory'")
     if cfg.partition.pipeline != "auto":
         return cfg.partition.pipeline
-    return "streamed" if cfg.dataset.name == "chunked" else "in_memory"
+    return "streamed" if cfg.dataset.name == "chunked" and not typed else "in_memory"
 
 
 def _print_done(out: Path, path: Path) -> None:

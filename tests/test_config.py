@@ -338,11 +338,11 @@ def test_unreadable_config_is_one_line(tmp_path):
      "dataset.path: dataset 'darcy' does not read it (only file, csv, ogb, chunked, fields do); remove it "
      "or set dataset.name, got '/does/not/exist'"),
     (["train.mode=dsmpnn", "dataset.name=airfoil", "dataset.split=[0.5, 0.5, 0]"],
-     "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb, fields do); remove "
-     "it or set dataset.name, got [0.5, 0.5, 0]"),
+     "dataset.split: dataset 'airfoil' does not read it (only file, csv, ogb, fields, chunked "
+     "do); remove it or set dataset.name, got [0.5, 0.5, 0]"),
     (["dataset.add_reverse_edges=true"],
      "dataset.add_reverse_edges: dataset 'synthetic' does not read it (only file, csv, ogb, "
-     "synthetic_hetero do); remove it or set dataset.name, got True"),
+     "synthetic_hetero, chunked do); remove it or set dataset.name, got True"),
     (["dataset.name=ogb"], "dataset.path: expected an OGB dataset folder (holding raw/ and "
                            "split/) when dataset.name is 'ogb', got None"),
     (["dataset.name=csv", "dataset.path="], "dataset.path: expected a DGL CSV dataset folder "

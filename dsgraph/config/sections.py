@@ -24,8 +24,8 @@ class DatasetConfig:
         "synthetic", "graphs (modes `sampled`, `sar`): `synthetic` (generated), `file`, `csv` "
         "(a DGL CSV folder), `ogb` (an OGB node-property folder), `chunked` (a folder in DGL's "
         "chunked graph format, partitioned without loading it whole); heterogeneous graphs "
-        "(mode `sampled`): `synthetic_hetero` (generated), `csv` / `ogb` folders with several "
-        "node and edge types (ogbn-mag's layout); physics fields (mode "
+        "(mode `sampled`): `synthetic_hetero` (generated), `csv` / `ogb` / `chunked` folders "
+        "with several node and edge types (ogbn-mag's layout; loaded whole); physics fields (mode "
         "`dsmpnn`): `darcy`, `airfoil` (generated), `fields` (a file of input and solution "
         "fields)")
     path: Optional[str] = opt(None, "what `file`, `csv`, `ogb` and `fields` read (other datasets "
@@ -35,7 +35,8 @@ class DatasetConfig:
                                     "`split/`); a chunked graph folder (`metadata.json`); an "
                                     "`.npz` or `torch.save`d dict of tensors "
                                     "(`x_key`, `y_key`, `pos_key`)")
-    split: Optional[list] = opt(None, "`file`/`csv`/`ogb`: `[train, val, test]` fractions of "
+    split: Optional[list] = opt(None, "`file`/`csv`/`ogb`/typed `chunked`: `[train, val, test]` "
+                                      "fractions of "
                                       "the labelled nodes, drawn with `seed`; when set it "
                                       "replaces the file's masks or OGB's official split "
                                       "(needed if the data has none); `fields` without "
@@ -54,7 +55,9 @@ class DatasetConfig:
     add_reverse_edges: Literal["auto", True, False] = opt(
         "auto", "`file`/`csv`/`ogb`: append every edge reversed; `auto` = OGB's convention "
                 "per dataset (ogbn-products, -proteins: yes; -arxiv, -papers100M: no; by the "
-                "folder's name), the edges as stored for `file` and `csv`")
+                "folder's name), the edges as stored for `file` and `csv`; heterogeneous graphs "
+                "(also `synthetic_hetero`, typed `chunked`): add a reverse relation `rev-<name>` "
+                "per relation under `auto` and `true`")
     cache_dir: str = opt("data", "generated datasets and parsed `csv` folders are cached here, "
                                  "keyed by a hash of their parameters or files")
     seed: int = opt(0, "seed of the generated dataset and of `split`", ge=0, cap=MAX_SEED)
@@ -99,7 +102,8 @@ class PartitionConfig:
     pipeline: Literal["auto", "in_memory", "streamed"] = opt(
         "auto", "`in_memory` loads the whole graph, features included, into one process; "
                 "`streamed` reads the structure and then the features chunk by chunk "
-                "(`dataset.name` `chunked` only); `auto`: streamed for `chunked`, else in memory")
+                "(`dataset.name` `chunked` of one node and one edge type only); `auto`: streamed "
+                "for those, else in memory")
     memory_mb: int = opt(0, "streamed pipeline: the memory the node assignment may use, in MiB "
                             "(METIS while the structure fits, else a coarsened METIS); 0 = this "
                             "host's available memory", ge=0, cap=2 ** 30)

@@ -4,28 +4,29 @@ The folder holds ``metadata.json`` (``graph_name``, ``node_type``, ``num_nodes_p
 ``edge_type``, ``num_edges_per_chunk``, ``edges``, ``node_data``, ``edge_data``) and the data
 files it lists, by paths relative to the folder or absolute; the layout DGL's
 ``tools/chunk_graph.py`` writes and its ``dispatch_data.py`` and GraphStorm's ``gpartition``
-read. Cheap checks (metadata, file existence, ``.npy`` headers, parquet footers, node-data row
-totals and shapes) happen when the folder is opened; an edge chunk's count, dtype and id range
-are checked when it is read. Only one node type and one edge type are supported; ``edge_data``
-is accepted and ignored (partitions hold node data only). :func:`write_chunked` writes the
-format streaming, one chunk in memory at a time.
+read. Cheap checks (metadata, file existence, ``.npy`` headers, parquet footers, CSV sizes,
+node-data row totals and shapes) happen when the folder is opened; an edge chunk's count, dtype
+and id range are checked when it is read. :class:`ChunkedGraph` (streamed) holds one node type
+and one edge type; a folder of several types (a heterogeneous graph) is read whole, in memory,
+by :mod:`dsgraph.data.chunked_hetero`, with the same metadata checks (:class:`MetadataParser`).
+``edge_data`` is accepted and ignored (partitions hold node data only).
+:mod:`dsgraph.data.chunked_write` writes the format streaming, one chunk in memory at a time
+(``write_chunked`` and ``write_graph_chunks`` are importable from here too).
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, NodeFile,
-                                     edge_file_rows, even_sizes, fixed_sizes, npy_blocks, npy_info,
-                                     parquet_blocks, parquet_layout, read_edge_file, rechunk,
-                                     write_edge_file, write_node_blocks)
-from dsgraph.data.chunks import GraphChunks, NodeKey, iter_edges
-from dsgraph.errors import DataError, UserError
-from dsgraph.fsutil import atomic_dir, storage_errors
+from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, NodeFile, edge_file_rows,
+                                     npy_blocks, npy_info, parquet_blocks, parquet_layout,
+                                     read_edge_file)
+from dsgraph.data.chunks import NodeKey
+from dsgraph.errors import DataError
 
 if TYPE_CHECKING:
     import dgl
@@ -35,23 +36,30 @@ MAX_METADATA_BYTES = 64 << 20  # a metadata file of lists of counts and paths is
 MAX_NODES = 2 ** 31
 MAX_EDGES = 2 ** 48
 BLOCK_BYTES = 64 << 20  # the most one iter_node_data block holds
+MIN_CSV_EDGE_BYTES = 4  # "0 0\n": a CSV of fewer bytes cannot hold its stated edges
+EdgeSpec = tuple[str, str, list[Path]]  # format, delimiter, files
+
+
+def metadata_path(path: str | os.PathLike) -> Path:
+    """The metadata file of a chunked folder (or the file itself, whatever its name: DGL's guide
+    calls it ``meta.json``), checked to exist."""
+    root = Path(path)
+    meta_path = root if root.is_file() else root / METADATA
+    if not meta_path.parent.is_dir():
+        raise DataError(f"{meta_path.parent}: chunked graph folder not found")
+    if not meta_path.is_file():
+        raise DataError(f"{meta_path}: not found (expected the chunked graph's {METADATA})")
+    return meta_path
 
 
 def open_chunked(path: str | os.PathLike, block_bytes: int = BLOCK_BYTES) -> "ChunkedGraph":
-    """Open a chunked graph folder (or its metadata file, whatever its name: DGL's guide calls it
-    ``meta.json``); every cheap check is done here."""
-    root = Path(path)
-    meta_path = root if root.is_file() else root / METADATA
-    root = meta_path.parent
-    if not root.is_dir():
-        raise DataError(f"{root}: chunked graph folder not found")
-    if not meta_path.is_file():
-        raise DataError(f"{meta_path}: not found (expected the chunked graph's {METADATA})")
-    meta = _load_json(meta_path)
-    return _Parser(meta_path, meta).graph(block_bytes)
+    """Open a chunked graph folder of one node type and one edge type (or its metadata file);
+    every cheap check is done here."""
+    return MetadataParser.load(path).graph(block_bytes)
 
 
-def _load_json(meta_path: Path) -> dict:
+def load_json(meta_path: Path) -> dict:
+    """``metadata.json`` as a dict, its size bounded; anything else is a one-line DataError."""
     try:
         size = meta_path.stat().st_size
         if size > MAX_METADATA_BYTES:
@@ -68,20 +76,29 @@ def _load_json(meta_path: Path) -> dict:
     return meta
 
 
-def _is_count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """A JSON count: a non-negative int (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class _Parser:
+class MetadataParser:
     """Reads and checks metadata.json's entries, naming the entry in every error."""
 
     def __init__(self, meta_path: Path, meta: dict) -> None:
         self.meta_path, self.meta, self.root = meta_path, meta, meta_path.parent
 
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "MetadataParser":
+        """The parser of a folder's (or a metadata file's) metadata."""
+        meta_path = metadata_path(path)
+        return cls(meta_path, load_json(meta_path))
+
     def fail(self, key: str, what: str) -> DataError:
+        """The error for a bad entry: ``<metadata file>: <key>: <what>``."""
         return DataError(f"{self.meta_path}: {key}: {what}")
 
     def get(self, key: str, kind: type, default: Any = None) -> Any:
+        """Entry ``key``, of type ``kind`` (``default`` when absent, if given)."""
         if key not in self.meta and default is not None:
             return default
         value = self.meta.get(key)
@@ -90,23 +107,50 @@ class _Parser:
             raise self.fail(key, f"expected a {kind.__name__}, got {got}")
         return value
 
-    def one_name(self, key: str) -> str:
+    def names(self, key: str) -> list[str]:
+        """``node_type`` / ``edge_type``: at least one name, each non-empty and listed once."""
         names = self.get(key, list)
-        if len(names) != 1 or not isinstance(names[0], str) or not names[0]:
-            raise self.fail(key, f"only one {key.replace('_', ' ')} is supported (a homogeneous "
-                                 f"graph), got {names!r:.200}")
-        return names[0]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise self.fail(key, f"expected a list of non-empty names, got {names!r:.200}")
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:
+            raise self.fail(key, f"{twice!r:.80} is listed twice")
+        return names
 
-    def counts(self, key: str) -> list[int]:
+    def edge_types(self, ntypes: list[str]) -> list[tuple[str, str, str]]:
+        """``edge_type`` as canonical ``(src, relation, dst)``, both ends in ``ntypes``."""
+        out = []
+        for name in self.names("edge_type"):
+            parts = tuple(name.split(":"))
+            if len(parts) != 3 or not all(parts):
+                raise self.fail("edge_type", f"expected '<source type>:<relation>:<destination "
+                                             f"type>', got {name!r:.80}")
+            unknown = next((t for t in (parts[0], parts[2]) if t not in ntypes), None)
+            if unknown is not None:
+                raise self.fail("edge_type", f"{name!r:.80}: node type {unknown!r:.80} is not in "
+                                             f"node_type {ntypes!r:.200}")
+            out.append(parts)
+        return out
+
+    def counts(self, key: str, types: list[str]) -> list[list[int]]:
+        """One list of per-chunk counts per type (in ``types``' order), totals within limits."""
         lists = self.get(key, list)
-        if len(lists) != 1 or not isinstance(lists[0], list):
-            raise self.fail(key, "expected one list of counts (one type)")
-        bad = next((c for c in lists[0] if not _is_count(c)), None)
-        if bad is not None or (not lists[0] and key == "num_nodes_per_chunk"):
-            raise self.fail(key, f"expected non-negative integers, got {bad!r:.80}")
-        return lists[0]
+        names = "node_type" if key == "num_nodes_per_chunk" else "edge_type"
+        if len(lists) != len(types) or not all(isinstance(c, list) for c in lists):
+            raise self.fail(key, f"expected {len(types)} lists of counts (one per entry of "
+                                 f"{names}), got {lists!r:.120}")
+        for t, counts in zip(types, lists):
+            bad = [c for c in counts if not is_count(c)]
+            if bad or (not counts and names == "node_type"):
+                got = repr(bad[0])[:80] if bad else "an empty list"
+                raise self.fail(key, f"{t}: expected non-negative integers, got {got}")
+        limit, what = (MAX_NODES, "nodes") if names == "node_type" else (MAX_EDGES, "edges")
+        total = sum(map(sum, lists))  # checked before anything of that size is allocated
+        if total > limit:
+            raise self.fail(key, f"{total} {what}, at most {limit}")
+        return lists
 
-    def spec(self, where: str, spec: Any, formats: tuple[str, ...]) -> tuple[str, str, list[Path]]:
+    def spec(self, where: str, spec: Any, formats: tuple[str, ...]) -> EdgeSpec:
         """``(format, delimiter, files)`` of a ``{"format": ..., "data": [...]}`` entry."""
         if not isinstance(spec, dict) or not isinstance(spec.get("format"), dict):
             raise self.fail(where, 'expected {"format": {"name": ...}, "data": [files]}')
@@ -125,6 +169,7 @@ class _Parser:
         return fmt, delimiter, [self.file(f"{where}.data", f) for f in files]
 
     def file(self, where: str, name: str) -> Path:
+        """A listed data file, relative to the folder or absolute, checked to exist."""
         path = Path(name) if os.path.isabs(name) else self.root / name
         if not path.exists():
             raise DataError(f"{path}: not found (listed in {self.meta_path} {where})")
@@ -132,41 +177,45 @@ class _Parser:
             raise DataError(f"{path}: expected a regular file (listed in {self.meta_path} {where})")
         return path
 
-    def graph(self, block_bytes: int) -> "ChunkedGraph":
-        ntype, etype = self.one_name("node_type"), self.one_name("edge_type")
-        parts = etype.split(":")
-        if len(parts) != 3 or parts[0] != ntype or parts[2] != ntype:
-            raise self.fail("edge_type",
-                            f"expected '{ntype}:<relation>:{ntype}', got {etype!r:.80}")
-        name = self.get("graph_name", str, default=self.root.name)
-        num_nodes = sum(self.counts("num_nodes_per_chunk"))
-        if num_nodes > MAX_NODES:
-            raise self.fail("num_nodes_per_chunk", f"{num_nodes} nodes, at most {MAX_NODES}")
-        edge_counts = self.counts("num_edges_per_chunk")
-        if sum(edge_counts) > MAX_EDGES:
-            raise self.fail("num_edges_per_chunk", f"{sum(edge_counts)} edges, at most {MAX_EDGES}")
+    def edge_specs(self, etypes: list[str], counts: list[list[int]]) -> dict[str, EdgeSpec]:
+        """Each edge type's files, one per chunk, their sizes checked against the counts."""
         edges = self.get("edges", dict)
-        if set(edges) != {etype}:
-            raise self.fail("edges", f"expected one entry, {etype!r}, got {sorted(edges)!r:.200}")
-        fmt, delimiter, files = self.spec(f"edges.{etype}", edges[etype], EDGE_FORMATS)
-        if len(files) != len(edge_counts):
-            raise self.fail(f"edges.{etype}.data", f"expected {len(edge_counts)} files "
-                                                   f"(num_edges_per_chunk), got {len(files)}")
-        for path, count in zip(files, edge_counts):
-            rows = edge_file_rows(path, fmt)
-            if rows is not None and rows != count:
-                raise DataError(f"{path}: holds {rows} edges, {self.meta_path} num_edges_per_chunk "
-                                f"says {count}")
+        missing = [e for e in etypes if e not in edges]
+        extra = sorted(set(edges) - set(etypes))
+        if missing or extra:
+            what = (f"no entry for edge type {missing[0]!r:.120}" if missing else
+                    f"entry {extra[0]!r:.120} is not in edge_type")
+            raise self.fail("edges", f"{what}; expected one entry per edge_type "
+                                     f"{etypes!r:.200}")
+        out = {}
+        for etype, edge_counts in zip(etypes, counts):
+            fmt, delimiter, files = self.spec(f"edges.{etype}", edges[etype], EDGE_FORMATS)
+            if len(files) != len(edge_counts):
+                raise self.fail(f"edges.{etype}.data", f"expected {len(edge_counts)} files "
+                                                       f"(num_edges_per_chunk), got {len(files)}")
+            for path, count in zip(files, edge_counts):
+                rows = edge_file_rows(path, fmt)
+                if rows is not None and rows != count:
+                    raise DataError(f"{path}: holds {rows} edges, {self.meta_path} "
+                                    f"num_edges_per_chunk says {count}")
+                size = path.stat().st_size
+                if rows is None and count * MIN_CSV_EDGE_BYTES > size + 1:  # last line: no \n
+                    raise DataError(f"{path}: {size} bytes cannot hold the {count} edges "
+                                    f"{self.meta_path} num_edges_per_chunk says")
+            out[etype] = (fmt, delimiter, files)
+        return out
+
+    def node_data(self, totals: dict[str, int]) -> dict[str, dict[str, list[NodeFile]]]:
+        """``node_data``'s files per node type and key (types without data: no keys)."""
         node_data = self.get("node_data", dict, default={})
-        if set(node_data) - {ntype}:
-            raise self.fail("node_data", f"node types {sorted(set(node_data) - {ntype})!r:.200} "
-                                         f"are not in node_type {[ntype]}")
-        keys = self.get_keys(node_data.get(ntype, {}), ntype, num_nodes)
-        self.get("edge_data", dict, default={})  # accepted, not used: partitions hold node data
-        return ChunkedGraph(self.root, name, ntype, etype, num_nodes, edge_counts, fmt, delimiter,
-                            files, keys, block_bytes)
+        extra = sorted(set(node_data) - set(totals))
+        if extra:
+            raise self.fail("node_data", f"node types {extra!r:.200} are not in node_type "
+                                         f"{list(totals)!r:.200}")
+        return {t: self.get_keys(node_data.get(t, {}), t, n) for t, n in totals.items()}
 
     def get_keys(self, specs: Any, ntype: str, num_nodes: int) -> dict[str, list[NodeFile]]:
+        """One node type's keys, each file's header read and the row total checked."""
         if not isinstance(specs, dict):
             raise self.fail(f"node_data.{ntype}", "expected an object of node-data keys")
         keys = {}
@@ -192,9 +241,73 @@ class _Parser:
             keys[key] = files
         return keys
 
+    def graph(self, block_bytes: int) -> "ChunkedGraph":
+        """The folder as a :class:`ChunkedGraph` (one node type, one edge type)."""
+        for key in ("node_type", "edge_type"):
+            names = self.names(key)
+            if len(names) != 1:
+                raise self.fail(key, f"the streamed reader takes one {key.replace('_', ' ')} "
+                                     f"(a homogeneous graph), got {names!r:.200}; a folder of "
+                                     f"several types loads in memory (partition.pipeline "
+                                     f"in_memory)")
+        (ntype,) = self.names("node_type")
+        (canonical,) = self.edge_types([ntype])
+        etype = ":".join(canonical)
+        name = self.get("graph_name", str, default=self.root.name)
+        num_nodes = sum(self.counts("num_nodes_per_chunk", [ntype])[0])
+        edge_counts = self.counts("num_edges_per_chunk", [etype])[0]
+        fmt, delimiter, files = self.edge_specs([etype], [edge_counts])[etype]
+        keys = self.node_data({ntype: num_nodes})[ntype]
+        self.get("edge_data", dict, default={})  # accepted, not used: partitions hold node data
+        return ChunkedGraph(self.root, name, ntype, etype, num_nodes, edge_counts, fmt, delimiter,
+                            files, keys, block_bytes)
+
+
+def check_ids(path: Path, chunk: int, end: str, ids: np.ndarray, n: int, ntype: str = "") -> None:
+    """Node ids of one edge chunk's ``end`` (src / dst) within ``[0, n)``; else one line."""
+    if len(ids) and (ids.min() < 0 or ids.max() >= n):
+        i = int(np.flatnonzero((ids < 0) | (ids >= n))[0])
+        kind = f"{ntype} node ids" if ntype else "node ids"
+        raise DataError(f"{path}: edge {i} (chunk {chunk}): {end} {ids[i]} is out of range, "
+                        f"expected {kind} in [0, {n})")
+
 
 def _is_mask(name: str, dtype: np.dtype) -> bool:
     return name.endswith("_mask") and dtype.kind in "biu"
+
+
+def node_blocks(key: str, files: list[NodeFile], block_bytes: int = BLOCK_BYTES
+                ) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first node id, rows)`` blocks of one key's files, at most ``block_bytes`` each, copied
+    out of the files (a memmap slice or a parquet batch); integer ``*_mask`` rows as bool."""
+    info = files[0].info
+    row_bytes = NodeKey(key, info.dtype, info.row_shape).row_bytes
+    max_rows = max(1, block_bytes // max(1, row_bytes))
+    start = 0
+    for f in files:
+        blocks = (npy_blocks(f.path, f.info, max_rows) if f.layout is None
+                  else parquet_blocks(f.path, f.layout, max_rows))
+        for rows in blocks:
+            if _is_mask(key, info.dtype) and rows.dtype != bool:
+                if rows.size and (rows.min() < 0 or rows.max() > 1):
+                    raise DataError(f"{f.path}: mask {key!r} holds values other than 0/1")
+                rows = rows.astype(bool)
+            yield start, rows
+            start += len(rows)
+
+
+def read_node_data(key: str, files: list[NodeFile], num_nodes: int) -> np.ndarray:
+    """One key's rows for all ``num_nodes`` nodes, in a dtype torch holds (unsigned -> int64)."""
+    info = files[0].info
+    dtype = np.dtype(bool) if _is_mask(key, info.dtype) else info.dtype
+    values = np.empty((num_nodes, *info.row_shape), dtype=dtype)
+    for start, rows in node_blocks(key, files):
+        values[start:start + len(rows)] = rows
+    if values.dtype.kind == "u" and values.dtype != np.uint8:  # torch lacks these types
+        if values.size and values.max() > np.iinfo(np.int64).max:
+            raise DataError(f"{files[0].path}: node data {key!r}: values beyond int64")
+        values = values.astype(np.int64)
+    return values
 
 
 class ChunkedGraph:
@@ -236,11 +349,8 @@ class ChunkedGraph:
         path = self.edge_files[chunk]
         expected = int(self._offsets[chunk + 1] - self._offsets[chunk])
         src, dst = read_edge_file(path, self.edge_format, self.delimiter, expected)
-        for name, ids in (("src", src), ("dst", dst)):
-            if len(ids) and (ids.min() < 0 or ids.max() >= self.num_nodes):
-                i = int(np.flatnonzero((ids < 0) | (ids >= self.num_nodes))[0])
-                raise DataError(f"{path}: edge {i} (chunk {chunk}): {name} {ids[i]} is out of "
-                                f"range, expected node ids in [0, {self.num_nodes})")
+        check_ids(path, chunk, "src", src, self.num_nodes)
+        check_ids(path, chunk, "dst", dst, self.num_nodes)
         return src, dst
 
     def node_keys(self) -> list[NodeKey]:
@@ -255,21 +365,7 @@ class ChunkedGraph:
     def iter_node_data(self, key: str) -> Iterator[tuple[int, np.ndarray]]:
         """``(first node id, rows)`` blocks of at most ``block_bytes`` each, copied out of the
         files (a memmap slice or a parquet batch), in node order."""
-        files = self.node_files[key]
-        info = files[0].info
-        row_bytes = NodeKey(key, info.dtype, info.row_shape).row_bytes
-        max_rows = max(1, self.block_bytes // max(1, row_bytes))
-        start = 0
-        for f in files:
-            blocks = (npy_blocks(f.path, f.info, max_rows) if f.layout is None
-                      else parquet_blocks(f.path, f.layout, max_rows))
-            for rows in blocks:
-                if _is_mask(key, info.dtype) and rows.dtype != bool:
-                    if rows.size and (rows.min() < 0 or rows.max() > 1):
-                        raise DataError(f"{f.path}: mask {key!r} holds values other than 0/1")
-                    rows = rows.astype(bool)
-                yield start, rows
-                start += len(rows)
+        return node_blocks(key, self.node_files[key], self.block_bytes)
 
     def to_dgl(self) -> "dgl.DGLGraph":
         """The whole graph in memory, ``ndata`` for every key (masks as ``torch.bool``)."""
@@ -281,119 +377,19 @@ class ChunkedGraph:
             lo, hi = self._offsets[c], self._offsets[c + 1]
             src[lo:hi], dst[lo:hi] = self.read_edges(c)
         g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=self.num_nodes)
-        for spec in self.node_keys():
-            values = np.empty((self.num_nodes, *spec.row_shape), dtype=spec.dtype)
-            for start, rows in self.iter_node_data(spec.name):
-                values[start:start + len(rows)] = rows
-            if values.dtype.kind == "u" and values.dtype != np.uint8:  # torch lacks these types
-                if values.size and values.max() > np.iinfo(np.int64).max:
-                    raise DataError(f"{self.root}: node data {spec.name!r}: values beyond int64")
-                values = values.astype(np.int64)
-            g.ndata[spec.name] = torch.from_numpy(values)
+        for name, files in sorted(self.node_files.items()):
+            g.ndata[name] = torch.from_numpy(read_node_data(name, files, self.num_nodes))
         return g
 
 
-# ---------------------------------------------------------------- writing
-
-NODE_CHUNK_BYTES = 256 << 20  # write_graph_chunks' default node chunk (all keys' rows together)
-
-
-def write_chunked(out: str | os.PathLike, num_nodes: int,
-                  edges: Iterable[tuple[np.ndarray, np.ndarray]],
-                  node_blocks: Iterable[dict[str, np.ndarray]], *, graph_name: str = "graph",
-                  edge_format: str = "parquet", node_format: str = "numpy",
-                  force: bool = False) -> Path:
-    """Write a chunked graph folder streaming: each edge chunk and node block to its own files
-    as it arrives, ``metadata.json`` last, all in a temporary folder renamed to ``out`` at the
-    end. Node blocks cover nodes ``0 ..`` in order, with the same keys each time. Returns the
-    metadata path."""
-    out = Path(out)
-    if edge_format not in EDGE_FORMATS or node_format not in NODE_FORMATS:
-        raise UserError(f"write_chunked: formats: expected edges in {list(EDGE_FORMATS)} and node "
-                        f"data in {list(NODE_FORMATS)}, got {edge_format!r}, {node_format!r}")
-    if not _is_count(num_nodes) or num_nodes > MAX_NODES:
-        raise UserError(f"write_chunked: num_nodes: expected an integer in [0, {MAX_NODES}], "
-                        f"got {num_nodes!r}")
-    if not isinstance(graph_name, str) or not graph_name:
-        raise UserError(f"write_chunked: graph_name: expected a non-empty string, "
-                        f"got {graph_name!r}")
-    if out.exists() and not force:
-        raise UserError(f"{out}: already exists; pass force to replace it")
-    if out.exists() and not (out.is_dir() and (out / METADATA).is_file() or _empty_dir(out)):
-        raise UserError(f"{out}: not a chunked graph folder (no {METADATA}); "
-                        f"refusing to replace it")
-    ntype, etype = "_N", "_N:_E:_N"
-    with storage_errors(out), atomic_dir(out, force=force) as tmp:
-        (tmp / "edges").mkdir()
-        (tmp / "node_data").mkdir()
-        try:
-            edge_counts, edge_names = _write_edges(tmp, num_nodes, edges, edge_format)
-            node_counts, node_meta = write_node_blocks(tmp, num_nodes, node_blocks, node_format)
-        except DataError as exc:  # the chunk's own message, named after the folder being written
-            raise DataError(f"{out}: {exc}") from None
-        edge_fmt = {"name": edge_format, **({"delimiter": " "} if edge_format == "csv" else {})}
-        meta = {"graph_name": graph_name, "node_type": [ntype],
-                "num_nodes_per_chunk": [node_counts], "edge_type": [etype],
-                "num_edges_per_chunk": [edge_counts],
-                "edges": {etype: {"format": edge_fmt, "data": edge_names}},
-                "node_data": {ntype: node_meta} if node_meta else {}, "edge_data": {}}
-        (tmp / METADATA).write_text(json.dumps(meta, indent=2))
-    return out / METADATA
+# The writers moved to chunked_write (this module stayed within its size); their old import
+# path keeps working, loaded on first use so that the streamed reader never imports them.
+_MOVED = {"write_chunked", "write_graph_chunks", "check_out_folder", "NODE_CHUNK_BYTES"}
 
 
-def _empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
-
-
-def _write_edges(tmp: Path, num_nodes: int, edges: Iterable[tuple[np.ndarray, np.ndarray]],
-                 fmt: str) -> tuple[list[int], list[str]]:
-    counts, names = [], []
-    empty = np.empty(0, dtype=np.int64)
-    for i, (src, dst) in enumerate(edges):
-        src, dst = np.asarray(src), np.asarray(dst)
-        if src.ndim != 1 or src.shape != dst.shape or src.dtype.kind not in "iu" \
-                or dst.dtype.kind not in "iu":
-            raise DataError(f"edge chunk {i}: expected two 1-D integer arrays of one length, got "
-                            f"{src.dtype}{list(src.shape)} and {dst.dtype}{list(dst.shape)}")
-        for ids in (src, dst):
-            if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
-                raise DataError(f"edge chunk {i}: node ids in [{ids.min()}, {ids.max()}], "
-                                f"expected [0, {num_nodes})")
-        names.append(f"edges/edges-{i}.{SUFFIXES[fmt]}")
-        write_edge_file(tmp / names[-1], src.astype(np.int64, copy=False),
-                        dst.astype(np.int64, copy=False), fmt)
-        counts.append(len(src))
-    if not counts:  # DGL's tools expect at least one edge file
-        names.append(f"edges/edges-0.{SUFFIXES[fmt]}")
-        write_edge_file(tmp / names[-1], empty, empty, fmt)
-        counts.append(0)
-    return counts, names
-
-
-def write_graph_chunks(source: GraphChunks, out: str | os.PathLike, *,
-                       num_chunks: int | None = None, chunk_rows: int | None = None,
-                       **format_kwargs: Any) -> Path:
-    """Write any :class:`GraphChunks` (``InMemoryChunks(dgl_graph)``, a chunked folder) in the
-    chunked format: ``num_chunks`` even chunks of edges and of nodes (as DGL's chunk_graph),
-    or chunks of ``chunk_rows`` (the last shorter); by default the source's edge chunks and
-    node chunks of about ``NODE_CHUNK_BYTES``. ``format_kwargs`` go to :func:`write_chunked`."""
-    if num_chunks is not None and chunk_rows is not None:
-        raise UserError("write_graph_chunks: give num_chunks or chunk_rows, not both")
-    for name, value in (("num_chunks", num_chunks), ("chunk_rows", chunk_rows)):
-        if value is not None and not (_is_count(value) and value >= 1):
-            raise UserError(f"write_graph_chunks: {name}: expected an integer >= 1, got {value!r}")
-    keys = source.node_keys()
-    n, e = source.num_nodes, source.num_edges
-    if num_chunks is not None:
-        edge_sizes, node_sizes = even_sizes(e, num_chunks), even_sizes(n, num_chunks)
-    else:
-        edge_sizes = (fixed_sizes(e, chunk_rows) if chunk_rows
-                      else [int(x) for x in np.diff(source.edge_offsets())])
-        row_bytes = max(1, sum(k.row_bytes for k in keys))
-        node_sizes = fixed_sizes(n, chunk_rows or max(1, NODE_CHUNK_BYTES // row_bytes))
-    empty64 = np.empty(0, dtype=np.int64)
-    edges = rechunk(((s, d) for _, s, d in iter_edges(source)), edge_sizes, (empty64, empty64))
-    columns = [rechunk(((rows,) for _, rows in source.iter_node_data(k.name)), node_sizes,
-                        (np.empty((0, *k.row_shape), dtype=k.dtype),)) for k in keys]
-    blocks = ({k.name: col[0] for k, col in zip(keys, cols)} for cols in zip(*columns))
-    return write_chunked(out, n, edges, blocks if keys else [], **format_kwargs)
+def __getattr__(name: str) -> Any:
+    """``write_chunked`` and ``write_graph_chunks`` from :mod:`dsgraph.data.chunked_write`."""
+    if name in _MOVED:
+        from dsgraph.data import chunked_write
+        return getattr(chunked_write, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,8 @@
-"""A chunked graph folder as a training dataset: the node keys training reads, and labels of
-the kind ``dataset.target`` names, checked from the headers alone (no DGL, no data read)."""
+"""A chunked graph folder of one node type and one edge type as a training dataset: the node
+keys training reads, and labels of the kind ``dataset.target`` names, checked from the headers
+alone (no DGL, no data read). Typed folders (several node / edge types) never come here:
+``load_graph`` and ``python -m partition`` send them to :mod:`dsgraph.data.chunked_hetero`
+(:func:`open_chunked` refuses one in one line, should it be passed)."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,6 +17,12 @@ from dsgraph.errors import DataError
 def open_dataset(cfg: Any) -> ChunkedGraph:
     """The chunked graph folder of a ``dataset`` config section, checked to hold every node key
     training reads, with labels of the kind ``cfg.target`` names (only headers are read)."""
+    for key, unset in (("split", None), ("add_reverse_edges", "auto")):
+        if getattr(cfg, key) != unset:
+            raise DataError(f"{cfg.path}: a chunked folder of one node type and one edge type "
+                            f"is read as stored (masks from its node_data, edges as listed); "
+                            f"remove dataset.{key} (only typed folders read it), got "
+                            f"{getattr(cfg, key)!r:.80}")
     graph = open_chunked(cfg.path)
     keys = {k.name: k for k in graph.node_keys()}
     missing = [k for k in GRAPH_KEYS if k not in keys]

@@ -33,8 +33,7 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg, task)
     elif cfg.name == "chunked":
-        from dsgraph.data.chunked_dataset import open_dataset  # pyarrow: only for chunked folders
-        g = open_dataset(cfg).to_dgl()
+        g = _load_chunked(cfg, task)
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
     elif cfg.name == "synthetic_hetero":
@@ -76,6 +75,18 @@ def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DG
     if cfg.name == "csv":
         return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target)
     return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
+
+
+def _load_chunked(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+    """A chunked folder whole: a typed one (several node / edge types) as a heterograph, else
+    the one-type graph checked as training reads it."""
+    # pyarrow (and the chunked readers): only for chunked folders
+    from dsgraph.data.chunked_hetero import is_hetero_chunked, load_chunked_hetero
+    if is_hetero_chunked(cfg.path):
+        _node_task_only(cfg, task)
+        return load_chunked_hetero(cfg.path, cfg.add_reverse_edges, cfg.split, cfg.seed)
+    from dsgraph.data.chunked_dataset import open_dataset
+    return open_dataset(cfg).to_dgl()
 
 
 def _node_task_only(cfg: DatasetConfig, task: Optional[str]) -> None:
