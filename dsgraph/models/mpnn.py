@@ -26,13 +26,21 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class KernelMPNN(FieldModel):
-    """Encoder, ``layers`` NNConv kernel layers (mean aggregation), decoder."""
+    """Encoder, ``num_layers`` NNConv kernel layers (mean aggregation), decoder. ``layers`` is
+    the older name of ``num_layers`` (the other built-in models' name), still accepted."""
 
     def __init__(self, in_feats: int, num_classes: int, edge_feats: int = 5, width: int = 16,
-                 layers: int = 3, kernel_hidden: int = 32, shared: bool = False) -> None:
+                 num_layers: int = 3, kernel_hidden: int = 32, shared: bool = False,
+                 layers: Optional[int] = None) -> None:
         super().__init__()
+        if layers is not None:
+            if num_layers not in (3, layers):  # both given, and they disagree
+                raise ValueError(f"layers ({layers}) and num_layers ({num_layers}) name the same "
+                                 f"setting; give one")
+            num_layers = layers
+        layers = num_layers
         if width < 1 or layers < 1 or kernel_hidden < 1 or edge_feats < 1:
-            raise ValueError("width, layers, kernel_hidden and edge_feats must be >= 1")
+            raise ValueError("width, num_layers, kernel_hidden and edge_feats must be >= 1")
         self.width, self.num_layers, self.edge_feats = width, layers, edge_feats
         self.encoder = _mlp([in_feats, width * 2, width])
 
