@@ -3,17 +3,18 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/default.yaml
-# The install stamp is keyed on the dependency list: editing setup.cfg reinstalls, nothing else does.
-STAMP := $(VENV)/.stamp-$(shell sha1sum setup.cfg pyproject.toml | sha1sum | cut -c1-12)
+# The install stamp is keyed on the dependency list and the pinned stack (constraints.txt):
+# editing either reinstalls, nothing else does.
+STAMP := $(VENV)/.stamp-$(shell sha1sum setup.cfg pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
 .PHONY: install partition train demo bench test test-fast clean
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip<25"
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	rm -f $(VENV)/.stamp-*
 	touch $@
 
