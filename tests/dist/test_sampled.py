@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
@@ -125,23 +124,24 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
             assert ra[key] == pytest.approx(rb[key], rel=1e-6, abs=1e-9), (key, ra, rb)
 
 
-class TinySage(nn.Module):
-    """A user model defined outside dsgraph: one SAGE layer then a linear head."""
-
-    def __init__(self, in_feats: int, num_classes: int, hidden: int = 16) -> None:
-        super().__init__()
-        import dgl.nn as dglnn
-        self.conv = dglnn.SAGEConv(in_feats, hidden, "mean")
-        self.conv2 = dglnn.SAGEConv(hidden, num_classes, "mean")
-
-    def forward(self, blocks, x):
-        return self.conv2(blocks[1], torch.relu(self.conv(blocks[0], x)))
+def docs_model(folder: Path) -> str:
+    """The plug-in model of docs/models.md, its ``# mymodels.py`` block written verbatim as
+    ``folder/mymodels.py``; its ``model.name``."""
+    text = (jobs.ROOT / "docs" / "models.md").read_text()
+    block = next(b.split("\n", 1)[1] for b in text.split("```python")[1:]
+                 if b.split("\n", 1)[1].startswith("# mymodels.py"))
+    (folder / "mymodels.py").write_text(block.split("```", 1)[0])
+    return "mymodels:TwoLayerSage"
 
 
 @pytest.mark.timeout(300)
-def test_plug_in_model_from_user_module(sampled_graph):
+def test_plug_in_model_from_user_module(sampled_graph, tmp_path, monkeypatch):
+    """docs/models.md's model, from a user's module (on PYTHONPATH, outside dsgraph), trains in
+    sampled mode here and in sar mode in tests/dist/test_sar_train.py."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the job's processes import it too
     run = jobs.train_default(sampled_graph, "plug_in", "train.epochs=3",
-                             "model.name=tests.dist.test_sampled:TinySage",
+                             f"model.name={docs_model(tmp_path)}",
                              "model.args={hidden: 64}", size=jobs.SHARED)
     summary, lines = jobs.summary(run), jobs.epochs(run)
     assert lines[-1]["loss"] < lines[0]["loss"]

@@ -8,6 +8,25 @@ import pytest
 from tests.dist import jobs
 
 
+@pytest.mark.timeout(200)
+def test_docs_plug_in_model_trains_full_batch(tmp_path, monkeypatch):
+    """docs/models.md's plug-in model (sampled mode: tests/dist/test_sampled.py) in sar mode."""
+    from tests.dist.test_sampled import docs_model
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    cfg = tmp_path / "sar.yaml"
+    cfg.write_text(f"""
+dataset: {{num_nodes: 600, avg_degree: 6, num_classes: 4, feat_dim: 8, cache_dir: {tmp_path}/data}}
+partition: {{num_parts: 2, out_dir: {tmp_path}/parts}}
+model: {{name: "{docs_model(tmp_path)}", args: {{hidden: 16}}}}
+train: {{mode: sar, epochs: 3, lr: 0.02, out_dir: {tmp_path}/run, timeout_s: 150}}
+""")
+    jobs.partition(cfg)
+    jobs.train(cfg, tmp_path / "run")
+    losses = [ln["loss"] for ln in jobs.epochs(tmp_path / "run")]
+    assert len(losses) == 3 and losses[-1] < losses[0], losses
+
+
 @pytest.mark.timeout(300)
 def test_train_partition_resume_and_modes_agree(tmp_path):
     cfg = tmp_path / "sar.yaml"
