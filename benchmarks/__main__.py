@@ -8,6 +8,8 @@ import inspect
 import os
 import signal
 
+from dsgraph.cluster.chatter import quiet_env
+from dsgraph.config import plain_help
 from dsgraph.errors import UserError, cli_main
 
 BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn", "tasks",
@@ -17,7 +19,7 @@ BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "ds
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Parse arguments and run the named benchmarks."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=plain_help(__doc__))
     parser.add_argument("name", help="one of: " + ", ".join(BENCHMARKS) + ", all")
     parser.add_argument("--quick", action="store_true", help="CI-size run (seconds)")
     parser.add_argument("--render", action="store_true",
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.datasets is not None:
         kwargs["datasets"] = [d for d in args.datasets.split(",") if d]
     os.environ.setdefault("OMP_NUM_THREADS", "2")  # before torch is imported
+    quiet_env(os.environ)  # before DGL is imported: no backend notice on the console
     # SIGTERM unwinds like Ctrl-C, so emulated hosts (namespaces, their /dev/shm folders) and
     # temporary partitions are removed by their context managers instead of left behind.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)

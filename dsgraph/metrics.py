@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,13 @@ def print_summary(run_dir: str | Path) -> None:
     rows = read_records(run_dir)
     cols = [c for c in _COLUMNS if any(c in r for r in rows)]
     if rows:
-        print("  ".join(f"{c:>14}" for c in cols))
+        widths = [max(12, len(c)) for c in cols]
+        print("  ".join(f"{c:>{w}}" for c, w in zip(cols, widths)))
         for r in rows:
-            print("  ".join(f"{format_value(r.get(c)):>14}" for c in cols))
+            print("  ".join(f"{format_metric(c, r.get(c)):>{w}}" for c, w in zip(cols, widths)))
     summary = read_summary(run_dir)
-    print("final: " + ", ".join(f"{k}={format_value(summary[k])}" for k in _FINAL if k in summary))
+    print("final: " + ", ".join(f"{k}={format_metric(k, summary[k])}" for k in _FINAL
+                                if k in summary))
     print(f"run folder: {run_dir}")
 
 
@@ -128,9 +131,32 @@ def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def format_value(v: Any) -> str:
-    """A metric as printed in tables and epoch lines."""
-    if isinstance(v, float):
-        return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.3g}"
-    return "-" if v is None else str(v)
+# How the console shows a metric, by its name (metrics.json / .jsonl keep the raw numbers):
+# rates (``*_per_s``, and the progress bar's ``seeds_s`` / ``edges_s``) and byte counts
+# (``*_bytes``, ``bytes_*``) as integers with thousands separators; seconds (``*_s``) with 2
+# decimals; memory in MiB (``*_mb``) with 1 (no separator: the final line separates its items
+# with commas); other integers with thousands separators; other numbers (losses, accuracies,
+# errors) with 4 decimals, a non-zero one that would show as 0.0000 as 1.23e-05 instead.
+_RATES = ("seeds_s", "edges_s")
 
+
+def format_metric(key: str, value: Any) -> str:
+    """Metric ``key``'s ``value`` as the console shows it (tables, epoch lines, progress bar)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if key.endswith("_per_s") or key in _RATES or key.endswith("_bytes") or \
+            key.startswith("bytes_"):
+        return f"{round(value):,}" if math.isfinite(value) else str(value)
+    if key.endswith("_s"):
+        return f"{value:.2f}"
+    if key.endswith("_mb"):
+        return f"{value:.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != 0 and abs(value) < 5e-5:
+        return f"{value:.2e}"
+    return f"{value:.4f}"

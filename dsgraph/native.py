@@ -7,7 +7,9 @@ into a cache folder (``$DSGRAPH_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/dsgraph/k
 CPU, written atomically so concurrent workers can build it at the same time. ctypes releases the
 GIL, so :func:`parallel` can split large tensors over ``torch.get_num_threads()`` Python threads.
 A library is unavailable when there is no compiler, its build fails, or ``DSGRAPH_NATIVE=0``;
-its callers then take their pure-torch path.
+its callers then take their pure-torch path. A failed build says so once per process (a
+:class:`NativeKernelsWarning` naming the reason; ``DSGRAPH_NATIVE=0`` falls back silently), and
+:func:`kernels_available` is what a run's metrics.json records as ``native_kernels``.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -37,6 +40,17 @@ _pool_size = 0
 _pool_pid = 0
 
 Signature = tuple[Optional[type], list]
+ENV_NATIVE = "DSGRAPH_NATIVE"  # "0": no kernels are built, the torch path is taken silently
+_libraries: list["CLibrary"] = []  # every library declared in this process
+_warned = False  # the fallback warning was given in this process
+
+
+class NativeKernelsWarning(RuntimeWarning):
+    """The C kernels could not be built: this process takes the slower pure-torch path."""
+
+
+def _disabled_by_env() -> bool:
+    return os.environ.get(ENV_NATIVE, "1") == "0"
 
 
 def cache_dir() -> Path:
@@ -64,6 +78,31 @@ def _compiler() -> Optional[str]:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
+def kernels_available() -> bool:
+    """Whether this process has its C kernels: False under ``DSGRAPH_NATIVE=0`` or when a
+    library failed to build; a library not built yet counts when a compiler is found."""
+    if _disabled_by_env() or any(lib.failure() is not None for lib in _libraries):
+        return False
+    if _libraries and all(lib.built() for lib in _libraries):
+        return True
+    cc = _compiler()
+    return cc is not None and shutil.which(cc) is not None
+
+
+def _warn_fallback(reason: str) -> None:
+    """Say once per process that the kernels are unavailable, why, and how to silence it."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    reason = (reason.strip().splitlines() or ["unknown reason"])[0][:200]
+    # warn_explicit without a source line: the warning is one line on the console
+    warnings.warn_explicit(
+        f"C kernels unavailable ({reason}); using the slower pure-torch path (set "
+        f"{ENV_NATIVE}=0 to silence this when deliberate)", NativeKernelsWarning,
+        filename=__name__, lineno=0, module=__name__)
+
+
 class CLibrary:
     """One C source compiled to a shared library on first use (see the module docstring)."""
 
@@ -74,6 +113,7 @@ class CLibrary:
         self._lib: Optional[ctypes.CDLL] = None
         self._failed: Optional[str] = None
         self._disabled = 0  # > 0 inside disabled(): callers take the pure-torch path
+        _libraries.append(self)
 
     def build(self) -> ctypes.CDLL:
         """Compile (or reuse) the shared library and load it."""
@@ -107,16 +147,23 @@ class CLibrary:
         failed."""
         if self._lib is not None or self._failed is not None:
             return self._lib
+        failed = None
         with _lock:
             if self._lib is None and self._failed is None:
-                if os.environ.get("DSGRAPH_NATIVE", "1") == "0":
-                    self._failed = "disabled by DSGRAPH_NATIVE=0"
+                if _disabled_by_env():
+                    self._failed = f"disabled by {ENV_NATIVE}=0"
                 else:
                     try:
                         self._lib = self.build()
                     except (OSError, RuntimeError) as exc:
-                        self._failed = str(exc)
+                        self._failed = failed = str(exc) or type(exc).__name__
+        if failed is not None:  # outside the lock: a warning filter may raise
+            _warn_fallback(failed)
         return self._lib
+
+    def built(self) -> bool:
+        """Whether the library is loaded (built or reused from the cache)."""
+        return self._lib is not None
 
     def available(self) -> bool:
         """True if the kernels can be used (compiler present, not disabled)."""

@@ -24,8 +24,9 @@ from dsgraph.cluster.launch import run_workers
 from dsgraph.cluster.worker import init_process_group
 from dsgraph.config import Config
 from dsgraph.errors import UserError
-from dsgraph.metrics import MetricsLog, format_value
+from dsgraph.metrics import MetricsLog, format_metric
 from dsgraph.models.registry import build_model
+from dsgraph.native import kernels_available
 from dsgraph.procstats import peak_rss_mb, rss_mb
 from dsgraph.runs import RunFolder
 from dsgraph.tasks import Task, task_class
@@ -181,7 +182,7 @@ class Trainer:
         if self._bar is not None:
             self._bar.update(steps)
             if status:
-                self._bar.set_postfix({k: format_value(v) for k, v in status.items()},
+                self._bar.set_postfix({k: format_metric(k, v) for k, v in status.items()},
                                       refresh=False)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -231,7 +232,7 @@ class Trainer:
                 self.run_folder.save(epoch, self.model, self.optimizer, rng,
                                      self.run_folder.fingerprint(cfg), best=best, record=record)
                 self._print(f"epoch {epoch}: " + ", ".join(
-                    f"{k} {format_value(record[k])}" for k in _LINE_KEYS if k in record))
+                    f"{k} {format_metric(k, record[k])}" for k in _LINE_KEYS if k in record))
         if self._bar is not None:
             self._bar.close()
         if start > cfg.train.epochs:  # resumed a finished run: report its metrics again
@@ -282,9 +283,10 @@ class Trainer:
     def _summary(self, log: Optional[MetricsLog], last_eval: dict[str, Any],
                  t_start: float) -> dict[str, Any]:
         """metrics.json: the same keys in every mode where meanings coincide, then the mode's."""
-        memory = dist.gather_values((peak_rss_mb(), self.loaded_rss_mb))  # per rank
-        peaks = [peak for peak, _ in memory]
-        grown = [peak - loaded for peak, loaded in memory]
+        # per rank: memory, and whether its C kernels were built (not the slower torch path)
+        ranks = dist.gather_values((peak_rss_mb(), self.loaded_rss_mb, kernels_available()))
+        peaks = [peak for peak, _, _ in ranks]
+        grown = [peak - loaded for peak, loaded, _ in ranks]
         records = log.records() if log is not None else []
         summary = {"mode": self.cfg.train.mode, "epochs": self.cfg.train.epochs,
                    **last_eval, **self._best_eval(records, last_eval),
@@ -292,7 +294,8 @@ class Trainer:
                    "train_s": sum(r.get("epoch_s", 0.0) for r in records),
                    "wall_s": time.perf_counter() - t_start,
                    "peak_rss_mb": max(peaks), "peak_rss_mb_per_worker": peaks,
-                   "train_mem_mb": max(grown), "num_workers": self.world}
+                   "train_mem_mb": max(grown), "num_workers": self.world,
+                   "native_kernels": all(native for _, _, native in ranks)}
         summary.update(self.strategy.summary(self, records))
         return summary
 

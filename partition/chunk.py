@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from dsgraph import config as config_mod
+from dsgraph.cluster.chatter import quiet_env
 from dsgraph.errors import ConfigError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from partition.__main__ import check_writable
@@ -60,7 +61,9 @@ def refuse_foreign_folder(out: Path) -> None:
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Write the dataset named by the config as a chunked graph folder and say how to use it."""
-    parser = argparse.ArgumentParser(prog="python -m partition.chunk", description=__doc__)
+    quiet_env(os.environ)  # before DGL is imported: no backend notice on the console
+    parser = argparse.ArgumentParser(prog="python -m partition.chunk",
+                                     description=config_mod.plain_help(__doc__))
     config_mod.add_cli_args(parser)
     parser.add_argument("--out", required=True, help="output folder (metadata.json and chunks)")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")

@@ -1,5 +1,6 @@
-"""``python -m train --config C [--out RUN] [--set ...] [--resume] [--force] [--plan]``: train
-one run (``--plan``: only print its memory plan).
+"""``python -m train --config C [--out RUN] [--set ...] [--resume] [--force] [--plan]
+[--print-config]``: train one run (``--plan``: only print its memory plan; ``--print-config``:
+only print the resolved config, each value with its source).
 
 Resolves the config, runs the mode's launcher-side checks, prepares the run folder (nothing is
 touched before every check passed), starts every process of the job (``train.worker`` on each
@@ -9,12 +10,14 @@ rank; DistGraph servers too in ``sampled`` mode) under one supervised launcher, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from dsgraph import config as config_mod
+from dsgraph.cluster.chatter import quiet_env
 from dsgraph.cluster.memwatch import forget_last_job, last_job
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
@@ -67,7 +70,9 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Resolve the config, prepare the run folder, run the job and print its summary."""
-    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__)
+    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
+    parser = argparse.ArgumentParser(prog="python -m train",
+                                     description=config_mod.plain_help(__doc__))
     config_mod.add_cli_args(parser)
     parser.add_argument("--out", help="run folder (default: train.out_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
@@ -78,9 +83,15 @@ def main(argv: list[str] | None = None) -> None:
                              "it fits cluster.memory_limit_mb")
     parser.add_argument("--plot", metavar="RUN", type=Path,
                         help="only redraw RUN/curves.png from its metrics.jsonl")
+    parser.add_argument("--print-config", action="store_true",
+                        help="only print the resolved config: every key after the defaults, "
+                             "--config and --set, each with where its value comes from")
     args = parser.parse_args(argv)
     if args.plot is not None:
         print(f"curves written to {plot_curves(args.plot)}")
+        return
+    if args.print_config:
+        print(config_mod.format_sources(args.config, args.overrides))
         return
     cfg = config_mod.load(args.config, args.overrides)
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker

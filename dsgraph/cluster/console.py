@@ -1,11 +1,13 @@
-"""What the console shows of an echoed job process: its output less its traceback blocks (the
-process's log keeps everything)."""
+"""What the console shows of an echoed job process: its output less its traceback blocks and
+less the runtime chatter of DGL and gloo (:mod:`.chatter`); the process's log keeps everything."""
 from __future__ import annotations
 
 import re
 import sys
 import threading
 from pathlib import Path
+
+from dsgraph.cluster.chatter import ChatterFilter
 
 
 class TracebackFilter:
@@ -82,17 +84,17 @@ def _opening_len(data: bytes) -> int:
 
 
 def tee(stream, log: Path, state: dict, hush: threading.Event) -> None:
-    """Copy a child's output to its log, and to our stderr less its tracebacks (and nothing
-    once ``hush`` is set), until it closes."""
-    shown = TracebackFilter()
+    """Copy a child's output to its log, and to our stderr less its tracebacks and chatter
+    (and nothing once ``hush`` is set), until it closes."""
+    tracebacks, chatter = TracebackFilter(), ChatterFilter()
     with log.open("ab") as fh:
         for chunk in iter(lambda: stream.read1(65536), b""):
             fh.write(chunk)
             fh.flush()
             if not hush.is_set():
-                show(shown.feed(chunk), state)
+                show(chatter.feed(tracebacks.feed(chunk)), state)
         if not hush.is_set():
-            show(shown.flush(), state)
+            show(chatter.feed(tracebacks.flush()) + chatter.flush(), state)
 
 
 def show(data: bytes, state: dict) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dsgraph.cluster import shm
+from dsgraph.cluster.chatter import quiet_env
 from dsgraph.cluster.netns import host_shm
 from dsgraph.cluster.spec import Machine, plan_machines
 from dsgraph.cluster.supervise import Supervisor
@@ -16,12 +17,14 @@ from dsgraph.config import ClusterConfig
 
 # Variables a remote (ssh) process needs; everything else stays local.
 _FORWARD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", "RANK",
-            "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
+            "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME",
+            "DGLBACKEND")
 
 
 def base_env(cluster: ClusterConfig) -> dict[str, str]:
-    """Environment every job process gets: thread limits, unbuffered output, gloo on loopback."""
-    env = dict(os.environ)
+    """Environment every job process gets: thread limits, unbuffered output, gloo on loopback,
+    DGL's backend named (no notice printed)."""
+    env = quiet_env(dict(os.environ))
     threads = str(cluster.num_threads)
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1",
                GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))

@@ -3,9 +3,9 @@ a hang, a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-
 
 A hang is a live process that made no progress for ``heartbeat_s``: stopped (SIGSTOP, a
 debugger) or its heartbeat silent (:mod:`.heartbeat`); it is named as the job's fault. Rank 0's
-output is echoed to the console without its traceback blocks (:mod:`.console`; the log keeps
-everything); why a process failed is read from its log (:mod:`.logs`); memory, and why a
-SIGKILL likely means out of memory: :mod:`.memwatch`.
+output is echoed to the console without its traceback blocks and DGL's and gloo's chatter
+(:mod:`.console`, :mod:`.chatter`; the log keeps everything); why a process failed is read
+from its log (:mod:`.logs`); memory, and why a SIGKILL likely means OOM: :mod:`.memwatch`.
 
 However the launcher itself ends, its processes end with it: each gets the parent-death signal
 (:mod:`.lifeline`), and a reaper process (:mod:`.reaper`) kills what is left and removes the

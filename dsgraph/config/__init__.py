@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from typing import Any
 
@@ -17,6 +18,7 @@ import yaml
 from dsgraph.config.checks import cross_check
 from dsgraph.config.limits import clip, quote_key, short_repr
 from dsgraph.config.schema import build_section, migrate_moved_keys, reference_rows
+from dsgraph.config.sources import format_rows, resolved_rows
 from dsgraph.config.yamlfile import YamlRefused, load_text, read_yaml
 from dsgraph.config.modes import PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 from dsgraph.config.sections import (
@@ -35,7 +37,8 @@ from dsgraph.fsutil import atomic_write_text
 __all__ = ["ClusterConfig", "CompressionConfig", "Config", "ConfigError", "DatasetConfig",
            "ModelConfig", "PartitionConfig", "PhysicsConfig", "SampledConfig", "SarConfig",
            "SeqaggConfig", "TaskConfig", "TrainConfig", "SECTIONS", "add_cli_args", "dump",
-           "from_dict", "load", "parse_override", "reference_table"]
+           "format_sources", "from_dict", "load", "parse_override", "plain_help",
+           "reference_table", "resolved_with_sources"]
 
 SECTIONS = {f.name: f for f in dataclasses.fields(Config) if f.name != "source"}
 MAX_SET_CHARS = 2 ** 16  # one --set: a line or two of YAML (an argument is at most 128 KiB)
@@ -126,6 +129,22 @@ def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] 
     return from_dict(data, src, resolved)
 
 
+def resolved_with_sources(path: str | os.PathLike | None,
+                          overrides: list[str] | tuple[str, ...] = (),
+                          ) -> list[tuple[str, Any, str]]:
+    """``(section.key, value, source)`` of every key of the config :func:`load` resolves (an
+    invalid one raises its usual :class:`ConfigError`); source: ``default``, the YAML file's
+    path or ``--set``; a mapping's keys (``model.args``) one by one."""
+    cfg = load(path, overrides)
+    return resolved_rows(cfg.to_dict(), path, [parse_override(t)[0] for t in overrides])
+
+
+def format_sources(path: str | os.PathLike | None,
+                   overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """:func:`resolved_with_sources` as aligned text: ``sampled.batch_size: 512   # file``."""
+    return format_rows(resolved_with_sources(path, overrides))
+
+
 def dump(cfg: Config, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (atomically)."""
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -136,6 +155,21 @@ def reference_table() -> str:
     lines = ["| key | default | meaning |", "|---|---|---|"]
     lines += [f"| `{key}` | `{default}` | {doc} |" for key, default, doc in reference_rows(Config)]
     return "\n".join(lines)
+
+
+# reStructuredText in docstrings and field docs: a role (:mod:`x`, :func:`~a.b.c`, with an
+# optional "title <target>"), ``literal`` and `default role` / markdown code.
+_ROLE = re.compile(r":[\w-]+(?::[\w-]+)*:`(~?)([^`<]*?)\s*(?:<[^`>]*>)?`")
+_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`", re.DOTALL)
+
+
+def plain_help(text: str | None) -> str:
+    """``text`` (a docstring or a field's doc shown by ``--help``) without reStructuredText
+    markup: ``x`` and `x` become x, :role:`a.b` a.b, :role:`~a.b` b."""
+    if not text:
+        return ""
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    return _LITERAL.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
 
 
 def add_cli_args(parser: Any) -> None:
