@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsgraph import config as config_mod
+from dsgraph.cluster.chatter import quiet_env
 from dsgraph.errors import ConfigError, DataError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from dsgraph.partition.integrity import verify_partitions
-from dsgraph.partition.meta import partition_source
+from dsgraph.partition.meta import partition_source, read_meta
 
 if TYPE_CHECKING:  # torch and DGL load only once the config is checked (see main)
     import dgl
@@ -42,7 +43,9 @@ def summary_lines(stats: dict) -> list[str]:
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Load the graph named by the config, partition it and print the summary."""
-    parser = argparse.ArgumentParser(prog="python -m partition", description=__doc__)
+    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
+    parser = argparse.ArgumentParser(prog="python -m partition",
+                                     description=config_mod.plain_help(__doc__))
     config_mod.add_cli_args(parser)
     parser.add_argument("--out", help="output folder (default: partition.out_dir)")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     if out.exists() and not force:  # --if-missing and a partition JSON is there
         try:
             verify_partitions(part_json, cfg)
+            if cfg.dataset.name == "csv" and "user_node_ids" not in read_meta(part_json):
+                raise UserError(f"{part_json}: no user_node_ids.npz (the CSV's node ids "
+                                f"predictions name nodes by; written by an older dsgraph)")
             stats = read_stats(out)
         except UserError as exc:
             print(f"rebuilding {out}: {exc}", flush=True)
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     # Imported only now: torch reads OMP_NUM_THREADS when it loads, and config errors and the
     # check of existing partitions above should not wait for torch and DGL to load.
     from dsgraph.data import load_graph
+    from dsgraph.data.csv_dataset import user_node_ids
     from dsgraph.data.graphs import is_hetero
     from dsgraph.partition import partition_graph, partition_hetero_graph
 
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
     g = load_graph(cfg.dataset, cfg.task_name)
+    user_ids = user_node_ids(g)  # read before an edge split makes another graph
     link_split = None
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
         g, link_split = edge_split(g, cfg)
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         path = write(g, p.num_parts, out, p.graph_name, p.method, p.halo_hops, p.seed,
                      force=force, balance_train=p.balance_train, balance_edges=p.balance_edges,
-                     extra_stats={"source": source}, source=source)
+                     extra_stats={"source": source}, source=source, user_ids=user_ids)
     except OSError as exc:  # full disk, permissions changed meanwhile: name the folder
         raise storage_error(exc, out / p.graph_name, "the partition files") from None
     _print_done(out, path)
@@ -186,7 +194,7 @@ def refuse_foreign_folder(out: Path) -> None:
     if not names:
         return
     ours = [n for n in names if n == "partition_stats.json" or re.fullmatch(r"part\d+", n)
-            or n.endswith(".json") or n == "link_split.npz"
+            or n.endswith(".json") or n in ("link_split.npz", "user_node_ids.npz")
             or (n.startswith(".") and n.endswith(".tmp"))]
     foreign = [n for n in names if n not in ours]
     if foreign or "partition_stats.json" not in names:

@@ -8,7 +8,8 @@ them: exact layer-wise inference over the DistGraph (``sampled``; models without
 of the best validation epoch (``best.pt``; the last one where a run kept no best), ``last``
 the last epoch's. Output: ``RUN/predictions.npz`` by default, or ``--out FILE`` ending in
 ``.npz`` or ``.csv``; columns and layout: :mod:`predict.output`. Link prediction runs take
-``--pairs FILE`` (a csv of ``src``, ``dst`` original node ids): the output then holds those
+``--pairs FILE`` (a csv of ``src``, ``dst`` node ids of your input graph: a CSV folder's
+``node_id`` values): the output then holds those
 pairs' ``src``, ``dst``, ``score`` (the decoder's logit) and ``prob`` (its sigmoid). The job's
 logs go to ``RUN/predictions_job/logs/``, apart from the training logs.
 """
@@ -16,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from dsgraph.cluster.chatter import quiet_env
+from dsgraph.config import plain_help
 from dsgraph.errors import UserError, cli_main
 from dsgraph.models.registry import probe_model
 from dsgraph.runs import RunFolder, run_fingerprint
 from dsgraph.tasks import task_class
-from predict.output import check_out_path
+from predict.output import check_out_path, user_ids
 from predict.pairs import read_pairs
 from train import strategy_class
 
@@ -34,7 +38,8 @@ JOB_DIR = "predictions_job"  # inside the run folder; a name run folders may hol
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Check the run and the output path, run the prediction job, say where the file is."""
-    parser = argparse.ArgumentParser(prog="python -m predict", description=__doc__,
+    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
+    parser = argparse.ArgumentParser(prog="python -m predict", description=plain_help(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, type=Path, help="a finished run folder")
     parser.add_argument("--out", type=Path,
@@ -44,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best",
                         help="the best-validation model (default) or the last epoch's")
     parser.add_argument("--pairs", type=Path,
-                        help="link prediction: a csv of node pairs (columns src, dst: original "
-                             "ids) to score instead of writing embeddings")
+                        help="link prediction: a csv of node pairs (columns src, dst: node ids "
+                             "of your input graph) to score instead of writing embeddings")
     args = parser.parse_args(argv)
     run = RunFolder.finished(args.run)  # locked: a training job writing it is refused
     try:
@@ -60,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
             if cfg.task_name != "link_prediction":
                 raise UserError(f"--pairs: only link prediction runs score node pairs; this "
                                 f"run's task is {cfg.task_name!r}")
-            read_pairs(args.pairs, json.loads(Path(prepared).read_text())["num_nodes"])
+            read_pairs(args.pairs, json.loads(Path(prepared).read_text())["num_nodes"],
+                       user_ids(cfg))
         run.check_fingerprint(run_fingerprint(cfg, prepared), "predict")
         if args.checkpoint == "best":  # (the last one was read by the fingerprint check)
             run.checkpoint("best")  # a corrupt file is refused before any process starts

@@ -1,6 +1,9 @@
 """What ``python -m predict`` writes: a row per node (or per field point), as ``.npz`` or ``.csv``.
 
-Graph runs: ``node_id`` (the node's id in the user's input graph), the task's columns
+Graph runs: ``node_id`` (the node's id in the user's input graph: a DGL CSV folder's
+``node_id`` values, read from the partition folder's ``user_node_ids.npz``, else its position
+in the files, 0..n-1: OGB row index, ``.npz`` / DGL binary row, chunked order per type,
+generated graphs' ids; :func:`with_user_ids`), the task's columns
 (``node_classification``: ``pred``, the predicted class, and ``prob``, class probabilities, one
 column per class; ``node_regression``: ``pred``, one column per target; ``multilabel``: ``prob``
 and ``pred`` (0/1), one column per label; ``link_prediction``: ``embedding``, the model's
@@ -15,7 +18,9 @@ DS-MPNN runs: the test samples' points, ``sample``, ``node`` (point index within
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +28,34 @@ from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_with
 
 FORMATS = (".npz", ".csv")
+ID_COLUMNS = ("node_id", "src", "dst")  # columns of original node ids (positions)
+
+
+def user_ids(cfg: Any) -> np.ndarray | None:
+    """The user's id of each original node of the run's (target) node type, from its partition
+    folder (:func:`dsgraph.partition.format.read_user_ids`); None where ids are positions."""
+    from dsgraph.partition.format import read_user_ids  # torch and DGL: workers have them
+
+    ids = read_user_ids(Path(cfg.partition.out_dir) / f"{cfg.partition.graph_name}.json")
+    if ids is None and cfg.dataset.name == "csv":  # partitions written before the sidecar
+        print(f"warning: {cfg.partition.out_dir} has no user_node_ids.npz (partitioned by an "
+              f"older dsgraph): node_id is the position in sorted node_id order; re-partition "
+              f"(python -m partition --force) for the CSV's node_id values", file=sys.stderr,
+              flush=True)
+    return ids
+
+
+def with_user_ids(arrays: dict[str, np.ndarray], ids: np.ndarray | None
+                  ) -> dict[str, np.ndarray]:
+    """``arrays`` with the original ids of :data:`ID_COLUMNS` replaced by the user's (``ids``;
+    none: unchanged), rows still sorted by ``node_id``."""
+    if ids is None:
+        return arrays
+    out = {k: ids[v] if k in ID_COLUMNS else v for k, v in arrays.items()}
+    if "node_id" in out and (np.diff(out["node_id"]) < 0).any():  # CSV ids map in order
+        order = np.argsort(out["node_id"], kind="stable")
+        out = {k: v[order] for k, v in out.items()}
+    return out
 
 
 def check_out_path(out: Path) -> Path:

@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> None:
     model = trainer.open()
     epoch = run.load_weights(model, args.checkpoint)
     model.eval()
+    ids = None  # the user's node ids: pairs name nodes by them, outputs carry them
     if args.pairs is not None:  # link prediction: score these pairs (checked by the launcher)
-        strategy.pairs = read_pairs(args.pairs, strategy.num_nodes())
+        ids = output.user_ids(cfg)
+        strategy.pairs = read_pairs(args.pairs, strategy.num_nodes(), ids)
     with torch.no_grad():
         arrays = strategy.predict(trainer, args.embeddings)
     if arrays is not None:
+        if any(k in arrays for k in output.ID_COLUMNS):  # graph runs (not DS-MPNN points)
+            arrays = output.with_user_ids(arrays, ids if args.pairs else output.user_ids(cfg))
         output.write(args.out, arrays)
         rows = len(next(iter(arrays.values())))
         print(f"predictions of epoch {epoch}'s model: {rows:,} rows "

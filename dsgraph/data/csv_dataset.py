@@ -7,7 +7,9 @@ three, or none and ``dataset.split``); an empty or NaN ``label`` cell marks an u
 (label -1 here), which no mask holds. ``label`` holds what ``dataset.target`` says: a class id,
 or (``regression``, ``multilabel``) a number or a quoted list of numbers per row, one per target
 or 0/1 label. Other node columns are ignored.
-Nodes are numbered in the order of their sorted ``node_id``, as DGL numbers them.
+Nodes are numbered in the order of their sorted ``node_id``, as DGL numbers them; ``node_id``
+values must be integers (any, in any order, unique), and the loaded graph carries them
+(:func:`user_node_ids`), so that predictions name nodes by them.
 
 Edge columns ``train_mask`` / ``val_mask`` / ``test_mask`` (DGL's convention for edge data,
 boolean or 0/1) are link prediction's split (:class:`dsgraph.data.link_split.GivenSplit`): edges
@@ -44,6 +46,8 @@ from dsgraph.fsutil import atomic_write_with
 
 META = "meta.yaml"
 USED_COLUMNS = ("feat", "label") + MASKS
+# The graph attribute carrying the user's node ids (load_graph's contract: user_node_ids).
+_USER_IDS = "_dsgraph_user_node_ids"
 
 
 def files_digest(folder: Path, names: Sequence[str]) -> str:
@@ -164,7 +168,7 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     ``target`` is what ``label`` holds (``dataset.target``).
     """
     folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
-    node_file, edge_file, names = _check_meta(folder)
+    node_file, edge_file, names, meta = _check_meta(folder)
     cache = Path(cache_dir) / f"csv-{files_digest(folder, names)}"
     g = parse_one_graph(
         folder, lambda: _CachedCSVDataset(str(folder), cache, str(folder / node_file),
@@ -177,7 +181,56 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
     out = finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
                  target=target)
     given = _edge_split(g, str(folder / edge_file), src, dst)
+    ids = csv_node_ids(folder, meta, meta["node_data"][0], out.num_nodes())
+    attach_user_ids(out, {out.ntypes[0]: ids})
     return out if given is None else attach_given_split(out, given)
+
+
+def attach_user_ids(g: dgl.DGLGraph, ids: dict[str, np.ndarray]) -> dgl.DGLGraph:
+    """``g`` carrying the user's node ids per node type (``ids[ntype][i]``: node i's id in the
+    user's files), read back by :func:`user_node_ids`."""
+    setattr(g, _USER_IDS, ids)
+    return g
+
+
+def user_node_ids(g: dgl.DGLGraph) -> Optional[dict[str, np.ndarray]]:
+    """The user's node ids per node type (int64, one per node) that ``g``'s loader attached;
+    None where ids are positions (0..n-1 in the files' row order), as in every format but DGL
+    CSV folders. A graph derived from ``g`` (an edge split, say) does not carry them."""
+    return getattr(g, _USER_IDS, None)
+
+
+def csv_node_ids(folder: Path, meta: dict, item: dict, count: int) -> np.ndarray:
+    """The ``node_id`` values of ``item``'s node file (a ``node_data`` entry of ``meta``) in
+    DGL's numbering: node i's is the i-th smallest; int64. One-line DataError for ids that are
+    not integers; read after DGL's parse, which refused duplicate and missing ids."""
+    path = folder / str(item["file_name"])
+    column = str(item.get("node_id_field") or "node_id")
+    try:  # one column again: DGL's parse (or its cache) does not keep the ids
+        values = pd.read_csv(path, sep=meta.get("separator") or ",",
+                             usecols=[column])[column].to_numpy()
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise DataError(f"{path}: {column}: unreadable ({short_error(exc)})") from None
+    kind, bad = values.dtype.kind, np.zeros(values.shape, dtype=bool)
+    if kind == "u":
+        bad = values > np.iinfo(np.int64).max
+    elif kind == "b":
+        bad = np.ones(values.shape, dtype=bool)
+    elif kind != "i":  # text ids, which DGL accepts (predictions name nodes by int64 ids), or
+        # floats: integral ones (a file writing 3.0) are integer ids
+        values = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        cell = pd.read_csv(path, sep=meta.get("separator") or ",", usecols=[column],
+                           dtype=str, keep_default_na=False)[column].iloc[first]
+        raise DataError(f"{path}: {column}: expected integer node ids, got {cell[:40]!r} at "
+                        f"line {first + 2}")
+    ids = np.unique(values.astype(np.int64))
+    if ids.shape[0] != count:  # DGL refuses duplicates: only a file changed meanwhile
+        raise DataError(f"{path}: {column}: expected {count} distinct node ids (as parsed), got "
+                        f"{ids.shape[0]}; was the file changed while it was read?")
+    return ids
 
 
 def parse_one_graph(folder: Path, parse: Callable[[], CSVDataset],
@@ -258,8 +311,9 @@ def read_meta(folder: Path) -> tuple[Path, dict]:
     return meta_path, meta
 
 
-def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
-    """Node file, edge file and every file ``meta.yaml`` names; refuse several types early."""
+def _check_meta(folder: Path) -> tuple[str, str, list[str], dict]:
+    """Node file, edge file, every file ``meta.yaml`` names and its contents; refuse several
+    types early."""
     meta_path, meta = read_meta(folder)
     entries = {}
     for key in ("node_data", "edge_data"):
@@ -276,7 +330,7 @@ def _check_meta(folder: Path) -> tuple[str, str, list[str]]:
     for name in names:
         if not (folder / name).is_file():
             raise DataError(f"{folder / name}: file not found (named in {META})")
-    return entries["node_data"], entries["edge_data"], names
+    return entries["node_data"], entries["edge_data"], names, meta
 
 
 def _arrays(g: dgl.DGLGraph, where: Sources, target: str = "class"

@@ -28,7 +28,9 @@ NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
 def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
     """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask); it may
-    carry the dataset's own edge split (:func:`dsgraph.data.link_split.given_split`). ``task``
+    carry the dataset's own edge split (:func:`dsgraph.data.link_split.given_split`) and, for
+    DGL CSV folders, the user's node ids (:func:`dsgraph.data.csv_dataset.user_node_ids`; other
+    formats' ids are positions). ``task``
     (``task.name``, when known) refuses a dataset that cannot serve it."""
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg, task)

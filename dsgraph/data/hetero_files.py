@@ -34,8 +34,8 @@ from dgl.data import CSVDataset
 
 from dsgraph.config.fields import MAX_NODES
 from dsgraph.data.arrays import Sources, check_feat, label_columns, resolve_masks, user_path
-from dsgraph.data.csv_dataset import (META, NodeColumns, _CachedCSVDataset, files_digest,
-                                      parse_one_graph, read_meta)
+from dsgraph.data.csv_dataset import (META, NodeColumns, _CachedCSVDataset, attach_user_ids,
+                                      csv_node_ids, files_digest, parse_one_graph, read_meta)
 from dsgraph.data.hetero import Etype, assemble
 from dsgraph.data.ogb import _int_column, _one_graph, _read_table, split_folder, split_masks
 from dsgraph.data.split import MASKS
@@ -246,7 +246,13 @@ def load_csv_hetero(path: str | os.PathLike | None, cache_dir: str | os.PathLike
     counts = {t: g.num_nodes(t) for t in g.ntypes}
     arrays = {c: tuple(x.numpy() for x in g.edges(etype=c)) for c in g.canonical_etypes}
     reverse = add_reverse_edges is not False  # "auto" and True
-    return assemble(arrays, counts, feats, target, nd["label"], masks, reverse)
+    _, meta = read_meta(folder)  # checked by _hetero_meta: each item names its type once
+    ids = {}
+    for item in meta["node_data"]:
+        t = str(item.get("ntype", "_V"))
+        ids[t] = csv_node_ids(folder, meta, item, counts[t])
+    return attach_user_ids(assemble(arrays, counts, feats, target, nd["label"], masks, reverse),
+                           ids)
 
 
 def _hetero_meta(folder: Path) -> tuple[dict[str, str], dict[Etype, str], list[str]]:

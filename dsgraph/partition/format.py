@@ -29,6 +29,13 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
   (:mod:`dsgraph.data.link_split`). Evaluation negatives a dataset ships are stored beside them,
   original ids: ``val_neg_dst`` / ``test_neg_dst`` ``(pairs, K)`` destinations per positive (MRR),
   ``val_neg_pairs`` / ``test_neg_pairs`` ``(M, 2)`` shared pairs (Hits@K).
+- ``user_node_ids.npz`` (datasets whose node ids are not positions, i.e. DGL CSV folders: the
+  loader attaches them, :func:`dsgraph.data.csv_dataset.user_node_ids`; the JSON's
+  ``user_node_ids`` key names it, the integrity block checksums it): per node type (``_N`` here)
+  an int64 array, the user's id of each original node (``orig_id`` indexes it). Predictions map
+  original ids through it (:func:`read_user_ids`); without it they are the ids (positions in
+  the files' row order: OGB, ``.npz``, DGL binaries, chunked folders, generated graphs). A
+  sidecar, not node data, so DistGraph servers never load it.
 - ``partition_stats.json``: :func:`partition_stats` plus per-part counts, ``train_balance``,
   ``wall_s``, ``peak_rss_mb`` and whatever the caller passed (``python -m partition`` adds
   ``source``, the config that produced the files).
@@ -56,21 +63,24 @@ import torch
 from dgl import DGLGraph
 from dgl.data.utils import save_tensors
 
-from dsgraph.errors import StorageError, UserError
+from dsgraph.errors import DataError, StorageError, UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
-from dsgraph.partition.integrity import graph_fingerprint, integrity_block
-from dsgraph.partition.meta import BLOCK
+from dsgraph.partition.integrity import graph_fingerprint, integrity_block, verify_files
+from dsgraph.partition.meta import BLOCK, REDO, read_meta
 from dsgraph.procstats import peak_rss_mb
 
 
 LINK_SPLIT_FILE = "link_split.npz"  # link prediction's held-out edges (original node ids)
+USER_IDS_FILE = "user_node_ids.npz"  # the user's node ids per type (the JSON's USER_IDS_KEY)
+USER_IDS_KEY = "user_node_ids"
 
 
 def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike, graph_name: str,
                      halo_hops: int = 1, method: str = "custom", force: bool = False,
                      stats: dict | None = None, num_parts: int | None = None,
                      source: dict | None = None,
-                     link_split: dict[str, np.ndarray] | None = None) -> Path:
+                     link_split: dict[str, np.ndarray] | None = None,
+                     user_ids: dict[str, np.ndarray] | None = None) -> Path:
     """Write DGL partition files for ``g`` split by ``assignment``; return the JSON path.
 
     ``g`` is a homogeneous DGLGraph whose ndata tensors (feat, label, masks, ...) are stored per
@@ -81,7 +91,9 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     ``source``, the config sections that made the files (:func:`dsgraph.partition.meta.
     partition_source`; None from library code). ``link_split`` (link prediction's held-out
     edges, :func:`dsgraph.data.link_split.split_edges`) goes to ``link_split.npz`` beside the
-    JSON, listed as its ``link_split`` key and checksummed like the part files.
+    JSON, listed as its ``link_split`` key and checksummed like the part files; ``user_ids``
+    (the loader's :func:`dsgraph.data.csv_dataset.user_node_ids`, one node type) to
+    ``user_node_ids.npz`` likewise.
     """
     t0 = time.perf_counter()
     src_np, dst_np = (t.numpy() for t in g.edges())
@@ -122,6 +134,9 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
             np.savez(tmp / LINK_SPLIT_FILE, **{k: np.asarray(v, dtype=np.int64)
                                               for k, v in link_split.items()})
             meta["link_split"] = LINK_SPLIT_FILE
+        if user_ids is not None:  # the one type's ids, under the partition's type name
+            save_user_ids(tmp, meta, {"_N": next(iter(user_ids.values()))},
+                          {"_N": g.num_nodes()})
         finish_partitions(tmp, meta, graph_fingerprint(g), source, stats, t0)
     return Path(out_dir) / f"{graph_name}.json"
 
@@ -197,6 +212,46 @@ def save_part(tmp: Path, out_dir: Path, k: int, part: DGLGraph, node_feats: dict
         dgl.save_graphs(str(pdir / "graph.dgl"), [part])
     return {"node_feats": f"part{k}/node_feat.dgl", "edge_feats": f"part{k}/edge_feat.dgl",
             "part_graph": f"part{k}/graph.dgl"}
+
+
+def save_user_ids(tmp: Path, meta: dict, ids: dict[str, np.ndarray],
+                  counts: dict[str, int]) -> None:
+    """Write ``ids`` (per node type, the user's id of each original node) to ``tmp`` /
+    USER_IDS_FILE and name the file in ``meta``."""
+    for t, values in ids.items():
+        if t not in counts or np.shape(values) != (counts[t],):
+            raise ValueError(f"user node ids of type {t!r}: expected {counts.get(t)} ids (one "
+                             f"per node), got shape {np.shape(values)}")
+    np.savez(tmp / USER_IDS_FILE, **{t: np.asarray(v, dtype=np.int64) for t, v in ids.items()})
+    meta[USER_IDS_KEY] = USER_IDS_FILE
+
+
+def read_user_ids(part_json: str | os.PathLike, ntype: str | None = None) -> np.ndarray | None:
+    """The user's id of each original node of ``ntype`` (default: a heterogeneous
+    partitioning's target type, else its one type) from the folder's USER_IDS_FILE, its size
+    and sha256 verified; None where the partitioning has none (original ids are the ids)."""
+    path = Path(part_json)
+    meta = read_meta(path)
+    rel = meta.get(USER_IDS_KEY)
+    if rel is None:
+        return None
+    if rel not in meta[BLOCK]["files"]:
+        raise DataError(f"{path}: {BLOCK}.files: expected an entry for {USER_IDS_KEY} ({rel}); "
+                        f"{REDO}")
+    verify_files(path, meta, [rel])
+    t = ntype or meta.get("target_ntype") or next(iter(meta["ntypes"]))
+    count = sum(hi - lo for lo, hi in meta["node_map"].get(t, ()))
+    try:
+        with np.load(path.parent / rel, allow_pickle=False) as arrays:
+            ids = arrays[t] if t in arrays.files else None
+    except (OSError, ValueError) as exc:  # a checksummed file: only a changed numpy fails here
+        raise DataError(f"{path.parent / rel}: unreadable ({type(exc).__name__}); {REDO}") \
+            from None
+    if ids is None or ids.dtype != np.int64 or ids.shape != (count,):
+        got = "nothing" if ids is None else f"{ids.dtype} of shape {ids.shape}"
+        raise DataError(f"{path.parent / rel}: {t}: expected {count} int64 node ids, got {got}; "
+                        f"{REDO}")
+    return ids
 
 
 def finish_partitions(tmp: Path, meta: dict, graph_fp: str, source: dict | None, stats: dict,

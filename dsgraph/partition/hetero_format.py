@@ -20,6 +20,8 @@ What ``dgl.distributed.partition_graph`` writes for a ``dgl.heterograph`` (and
 - ``part<k>/node_feat.dgl``: ``<ntype>/<key>`` for every node tensor of every type, one row per
   owned node of that type in reshuffled order, and ``<ntype>/orig_id`` (per-type original ids)
   for every type. ``part<k>/edge_feat.dgl``: ``<src:rel:dst>/<key>`` likewise for edge tensors.
+- ``user_node_ids.npz`` (DGL CSV folders): the user's ids of each type's original nodes, as
+  :mod:`dsgraph.partition.format` describes; predictions read the target type's.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from dsgraph.partition.format import (
     finish_partitions,
     label_meta,
     save_part,
+    save_user_ids,
     split_parts,
 )
 from dsgraph.partition.integrity import graph_fingerprint
@@ -110,13 +113,14 @@ def _edge_data_bytes(g: DGLGraph) -> int:
 def write_hetero_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.PathLike,
                             graph_name: str, halo_hops: int = 1, method: str = "custom",
                             force: bool = False, stats: dict | None = None,
-                            num_parts: int | None = None,
-                            source: dict | None = None) -> Path:
+                            num_parts: int | None = None, source: dict | None = None,
+                            user_ids: dict[str, np.ndarray] | None = None) -> Path:
     """Write DGL's heterogeneous partition files for ``g`` split by ``assignment`` (one part
     per node in ``dgl.to_homogeneous(g)``'s order); return the JSON path.
 
     Refusals, ``partition_stats.json``, the integrity block (``source``: the config that made the
-    files) and atomic output as :func:`dsgraph.partition.format.write_partitions`.
+    files), ``user_ids`` (per node type) and atomic output as :func:`dsgraph.partition.format.
+    write_partitions`.
     """
     t0 = time.perf_counter()
     assignment = np.asarray(assignment, dtype=np.int64)
@@ -182,5 +186,7 @@ def write_hetero_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | 
                     node_type[halo], minlength=T)))),
                 "train_nodes": int(train[owned].sum()) if train is not None else 0})
             meta[f"part-{k}"] = save_part(tmp, Path(out_dir), k, part, feats, efeats)
+        if user_ids is not None:
+            save_user_ids(tmp, meta, user_ids, {nt: g.num_nodes(nt) for nt in ntypes})
         finish_partitions(tmp, meta, graph_fingerprint(g), source, stats, t0)
     return Path(out_dir) / f"{graph_name}.json"

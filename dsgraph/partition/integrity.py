@@ -100,9 +100,11 @@ def integrity_block(folder: Path, meta: dict, graph_fp: str, source: dict | None
         for f in PART_FILES:
             rel = meta[f"part-{k}"][f]
             files[rel] = {"size": (folder / rel).stat().st_size, "sha256": file_sha256(folder / rel)}
-    if "link_split" in meta:  # link prediction's held-out edges
-        path = folder / meta["link_split"]
-        files[meta["link_split"]] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
+    # link prediction's held-out edges; the user's node ids (format.USER_IDS_FILE)
+    for key in ("link_split", "user_node_ids"):
+        if key in meta:
+            path = folder / meta[key]
+            files[meta[key]] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
     return {"version": BLOCK_VERSION, "hash": "sha256", "files": files,
             "meta": {key: key_digest(value) for key, value in meta.items() if key != BLOCK},
             "graph_fingerprint": graph_fp, "source": source,
