@@ -433,6 +433,7 @@ def test_float64_weights_count_twice(small_host):
     ("gat", {"hidden": 8, "heads": 3, "num_layers": 3}),
     ("gat", {"num_layers": 1}),
     ("mpnn", {"width": 8, "layers": 2, "kernel_hidden": 6}),
+    ("mpnn", {"width": 8, "num_layers": 5, "kernel_hidden": 6}),
     ("mpnn", {"shared": True}),
     ("dsgraph.models.gnn:GraphSAGE", {"hidden": 12}),
 ])

@@ -185,7 +185,9 @@ def _mpnn(v: dict, args: dict, i: int, c: int) -> int:
     """KernelMPNN: encoder, per conv a kernel MLP ending in width x width and a root map,
     decoder."""
     w, kh = v["width"], v["kernel_hidden"]
-    convs = 1 if args.get("shared") is True else v["layers"]
+    # num_layers, or its older name layers (KernelMPNN takes either)
+    convs = 1 if args.get("shared") is True else v["layers"] if "layers" in args else \
+        v["num_layers"]
     return i * 2 * w + 2 * w * w + convs * (kh * kh + kh * w * w + w * w) + 2 * w * w + 2 * w * c
 
 
@@ -196,7 +198,7 @@ _STACK = {"hidden": 128, "num_layers": 2}
 BUILTIN_ESTIMATES: dict[str, tuple[dict[str, int], Callable[[dict, dict, int, int], int]]] = {
     "sage": (_STACK, _sage), "gcn": (_STACK, _linear_stack), "mlp": (_STACK, _linear_stack),
     "gat": ({"hidden": 32, "heads": 4, "num_layers": 2}, _gat),
-    "mpnn": ({"width": 16, "kernel_hidden": 32, "layers": 3}, _mpnn),
+    "mpnn": ({"width": 16, "kernel_hidden": 32, "num_layers": 3, "layers": 3}, _mpnn),
 }
 for _name, _target in (("sage", "GraphSAGE"), ("gcn", "GCN"), ("gat", "GAT"), ("mlp", "MLP")):
     BUILTIN_ESTIMATES[f"dsgraph.models.gnn:{_target}"] = BUILTIN_ESTIMATES[_name]
