@@ -220,7 +220,8 @@ def _find(launcher: int, target: str) -> Optional[psutil.Process]:
             continue
         if kind == "server" and env.get("DGL_SERVER_ID") == index and "dgl_server" in cmd:
             return p
-        if kind in ("trainer", "worker") and env.get("RANK") == index and "train.worker" in cmd:
+        if (kind in ("trainer", "worker") and env.get("RANK") == index
+                and "dsgraph.modes.worker" in cmd):
             return p
     return None
 

@@ -1,5 +1,5 @@
 """Real training jobs run by a benchmark: the one place in benchmarks/ that makes run folders and
-calls the launcher (``train.__main__.launch``), so a change of either API is adapted here."""
+calls the launcher (``dsgraph.cli.train.launch``), so a change of either API is adapted here."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +17,7 @@ from dsgraph.cluster.netns import HostsUnavailable, emulated_hosts
 from dsgraph.config import Config
 from dsgraph.metrics import read_records
 from dsgraph.runs import RunFolder
-from train.__main__ import launch
+from dsgraph.cli.train import launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,7 @@ def run_folder(cfg: Config, out: Path) -> Path:
 def train_job(cfg: Config, out: Path, hooks: Sequence[str] = (),
               env: Optional[Mapping[str, str]] = None) -> Job:
     """Run the job of ``cfg`` in a fresh run folder ``out`` through the supervised launcher
-    (``train.worker`` processes, each with the ``module:function`` trainer ``hooks``), with
+    (``dsgraph.modes.worker`` processes, each with the ``module:function`` trainer ``hooks``), with
     ``env`` added to the environment of every process it starts."""
     run = RunFolder.create(cfg, out, force=True)
     with environ(dict(env or {})):

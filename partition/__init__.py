@@ -1,1 +1,2 @@
-"""``python -m partition``: the partitioning CLI (the code lives in :mod:`dsgraph.partition`)."""
+"""`python -m partition` from a checkout: runs dsgraph.cli.partition (installed: dsgraph-partition);
+`python -m partition.chunk` runs dsgraph.cli.chunk."""

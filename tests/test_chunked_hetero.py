@@ -179,7 +179,7 @@ def test_huge_csv_edge_count_is_refused_before_reading(tmp_path, graph):
 
 
 def test_load_graph_and_partition_pipeline_route_typed_folders(tmp_path, folder):
-    from partition.__main__ import pipeline
+    from dsgraph.cli.partition import pipeline
     cfg = DatasetConfig(name="chunked", path=str(folder), cache_dir=str(tmp_path / "data"))
     g = load_graph(cfg, "node_classification")
     assert len(g.ntypes) == 4 and any(r.startswith("rev-") for r in g.etypes)

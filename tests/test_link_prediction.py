@@ -262,7 +262,7 @@ def test_partition_source_records_the_edge_split():
 
 def test_read_pairs_checks_the_csv(tmp_path):
     from dsgraph.errors import UserError
-    from predict.pairs import read_pairs
+    from dsgraph.predict.pairs import read_pairs
     good = tmp_path / "p.csv"
     good.write_text("src,dst\n0,5\n7,3\n")
     assert read_pairs(good, 10).tolist() == [[0, 5], [7, 3]]

@@ -146,7 +146,7 @@ def test_format_plan_and_unplanned_mode(parts):
 
 
 def test_train_cli_prints_the_plan_and_refuses_an_over_limit_job(parts, tmp_path, capsys):
-    from train.__main__ import main
+    from dsgraph.cli.train import main
     sets = ["--set", f"partition.out_dir={parts(16)}", "--set", "partition.num_parts=2"]
     main(["--plan", *sets])
     out = capsys.readouterr().out

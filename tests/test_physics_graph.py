@@ -137,7 +137,7 @@ def test_train_epoch_clips_the_gradient_norm(tmp_path):
     from dsgraph.physics import engine
     from dsgraph.physics.fields import FieldData, FieldSet, Normalizer
     from dsgraph.trainer import Trainer
-    from train.dsmpnn import DsmpnnStrategy
+    from dsgraph.modes.dsmpnn import DsmpnnStrategy
 
     pos, x = _points(300)
     y = (3.0 * x[:, :1] + 1.0).astype(np.float32)

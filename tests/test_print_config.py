@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _train_main(*args: str) -> None:
     with contextlib.chdir(ROOT):
-        importlib.import_module("train.__main__").main(list(args))
+        importlib.import_module("dsgraph.cli.train").main(list(args))
 
 
 def test_each_value_has_its_source(tmp_path):

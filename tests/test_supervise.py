@@ -334,7 +334,7 @@ RANK0_OUTPUT = (
     b"epoch 1: loss 0.51 val_acc 0.40\n"
     b"\r 10%|#         | 1/10 [00:01<00:09]\r 20%|##        | 2/10 [00:02<00:08]"
     b"Traceback (most recent call last):\n"  # tqdm ends no line: right after the bar
-    b'  File "train/worker.py", line 45, in <module>\n'
+    b'  File "dsgraph/modes/worker.py", line 45, in <module>\n'
     b"    run_process_main(main)\n"
     b"    ^^^^^^^^^^^^^^^^^^^^^^\n"
     b"ValueError: first\n"

@@ -3,6 +3,7 @@ behind one interface; their metrics against scikit-learn's, the best-epoch rule,
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -268,19 +269,60 @@ def test_field_regression_metrics_match_their_definitions():
         task.check_outputs(True, None)
 
 
+# The commands and what only they run, above the rest of dsgraph (its lower layers).
+UPPER = ("dsgraph.cli", "dsgraph.modes", "dsgraph.predict")
+# The checkout's own folders: the command shims, benchmarks and tests; no dsgraph module
+# imports them (an installed dsgraph has none of them).
+CHECKOUT = ("train", "predict", "partition", "benchmarks", "tests")
+SHIMS = ("train", "predict", "partition")
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (anywhere in it) and every string in it that names a
+    dsgraph upper-layer module as a whole (``"dsgraph.modes.worker"``, ``"module:Class"``: what
+    is launched with ``python -m`` or imported by name)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, (str(path), "relative import")
+            names.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and re.fullmatch(r"dsgraph\.(cli|modes|predict)(\.\w+)*(:\w+)?", node.value)):
+            names.append(node.value.split(":")[0])
+    return names
+
+
+def _under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def test_no_import_runs_back_up_a_layer():
-    """dsgraph/ imports none of the entry points; train/ never imports predict/."""
-    above = {"dsgraph": ("train", "predict", "partition", "benchmarks", "tests"),
-             "train": ("predict", "benchmarks", "tests"), "predict": ("benchmarks", "tests"),
-             "partition": ("train", "predict", "benchmarks", "tests")}
-    for layer, banned in above.items():
-        for path in (ROOT / layer).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom):
-                    names = [node.module or ""]
-                elif isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                else:
-                    continue
-                for name in names:
-                    assert name.split(".")[0] not in banned, (str(path), name)
+    """dsgraph's lower layers import none of the commands, modes or predictions (dsgraph.cli,
+    dsgraph.modes, dsgraph.predict) and nothing of the checkout; the modes never import the
+    commands or predict, the predictions never the commands, partitioning never the modes or
+    predict, training never predict; the checkout's shims import only dsgraph.cli."""
+    upper = {"dsgraph/modes": CHECKOUT + ("dsgraph.cli", "dsgraph.predict"),
+             "dsgraph/predict": CHECKOUT + ("dsgraph.cli",),
+             "dsgraph/cli/partition.py": CHECKOUT + ("dsgraph.modes", "dsgraph.predict"),
+             "dsgraph/cli/chunk.py": CHECKOUT + ("dsgraph.modes", "dsgraph.predict"),
+             "dsgraph/cli/train.py": CHECKOUT + ("dsgraph.predict",),
+             "dsgraph/cli/predict.py": CHECKOUT, "dsgraph/cli/__init__.py": CHECKOUT + UPPER}
+    checked = set()
+    for where, banned in upper.items():
+        paths = [ROOT / where] if where.endswith(".py") else (ROOT / where).rglob("*.py")
+        for path in paths:
+            checked.add(path)
+            for name in _imports(path):
+                assert not _under(name, banned), (str(path), name)
+    lower = [p for p in (ROOT / "dsgraph").rglob("*.py") if p not in checked]
+    assert len(checked) >= 15 and len(lower) > 50  # every module falls under a rule
+    assert not [p for p in (ROOT / "dsgraph" / "cli").glob("*.py") if p not in checked]
+    for path in lower:
+        for name in _imports(path):
+            assert not _under(name, CHECKOUT + UPPER), (str(path), name)
+    for shim in SHIMS:
+        for path in (ROOT / shim).rglob("*.py"):
+            for name in _imports(path):
+                assert _under(name, ("dsgraph.cli",)), (str(path), name)

@@ -20,8 +20,8 @@ from dsgraph.partition import partition_graph
 from dsgraph.partition.format import USER_IDS_FILE, read_user_ids
 from dsgraph.partition.integrity import verify_files
 from dsgraph.partition.meta import read_meta
-from predict.output import with_user_ids
-from predict.pairs import read_pairs
+from dsgraph.predict.output import with_user_ids
+from dsgraph.predict.pairs import read_pairs
 from tests import test_datasets_formats as homo
 from tests import test_hetero_data as het
 from tests.dist.test_predict_user_ids import scramble_ids
@@ -169,7 +169,7 @@ task: {{name: link_prediction}}
 partition: {{num_parts: 2, method: random, out_dir: {tmp_path}/parts}}
 train: {{mode: sampled}}
 """)
-    main = importlib.import_module("partition.__main__").main
+    main = importlib.import_module("dsgraph.cli.partition").main
     for extra in ([], ["--force"]):  # --force: the sidecar is a file partition wrote
         main(["--config", str(cfg), *extra])
     meta = json.loads((tmp_path / "parts" / "graph.json").read_text())
@@ -192,7 +192,7 @@ train: {{mode: sar}}
     # as an older dsgraph wrote them: the same files, no user_node_ids.npz
     partition_graph(load_graph(cfg.dataset), 2, tmp_path / "parts", method="random",
                     source=partition_source(cfg))
-    main = importlib.import_module("partition.__main__").main
+    main = importlib.import_module("dsgraph.cli.partition").main
     main(["--config", str(cfg_path), "--if-missing"])
     assert "rebuilding" in capsys.readouterr().out
     assert read_user_ids(tmp_path / "parts" / "graph.json").tolist() == \

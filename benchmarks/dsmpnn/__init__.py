@@ -2,8 +2,8 @@
 resolution transfer.
 
 Every full-run record is a real ``train.mode: dsmpnn`` job (run folder, supervised
-``train.worker`` processes, full-field test inference); it takes test RMSE (standardized target
-units) and relative L2, the training error (root of the last epoch's mean loss), optimizer
+``dsgraph.modes.worker`` processes, full-field test inference); it takes test RMSE (standardized
+target units) and relative L2, the training error (root of the last epoch's mean loss), optimizer
 steps, times, and the largest per-worker peak RSS from the run's metrics.json / metrics.jsonl.
 ``--quick`` sweep records run the same Trainer in this process (world 1).
 Sweeps: ``nodes`` (s at a fixed edge cap), ``edges`` (n_e at fixed s): accuracy only, so they run

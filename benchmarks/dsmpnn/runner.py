@@ -20,12 +20,12 @@ from dsgraph.data.cache import param_hash
 from dsgraph.fsutil import atomic_write_text
 from dsgraph.metrics import read_summary
 from dsgraph.trainer import Hook, Trainer
-from train.dsmpnn import DsmpnnStrategy
+from dsgraph.modes.dsmpnn import DsmpnnStrategy
 
 
 def train_run(config: str, overrides: list[str], out: Path) -> dict:
-    """Run one dsmpnn training job through the launcher (``train.__main__.launch``: one
-    ``train.worker`` process per subdomain); return its metrics.json."""
+    """Run one dsmpnn training job through the launcher (``dsgraph.cli.train.launch``: one
+    ``dsgraph.modes.worker`` process per subdomain); return its metrics.json."""
     return jobs.train_job(load(config, overrides), out).summary
 
 

@@ -6,9 +6,9 @@ For each: plain single-process DGL full-graph training (``mode: dgl``, 1 worker)
 N in {1, 2, 4} workers in modes sar / sa / one_shot, for 3-layer GraphSAGE and 4-head GAT.
 
 SAR rows are real ``train.mode: sar`` jobs (:func:`benchmarks.jobs.train_job`: N
-``train.worker`` processes, the :class:`dsgraph.trainer.Trainer` loop with
-:class:`train.sar.SarStrategy`), each with the hook :func:`benchmarks.sar.measure.measure`; the
-figures come from the run's metrics.json / metrics.jsonl. The ``dgl`` row is the peer being
+``dsgraph.modes.worker`` processes, the :class:`dsgraph.trainer.Trainer` loop with
+:class:`dsgraph.modes.sar.SarStrategy`), each with the hook
+:func:`benchmarks.sar.measure.measure`; the figures come from the run's metrics.json / metrics.jsonl. The ``dgl`` row is the peer being
 measured, not a dsgraph trainer: :func:`benchmarks.sar.measure.dgl_baseline` is its own minimal
 loop (the same loss, Adam step and per-epoch evaluation), run in a fresh process.
 

@@ -35,7 +35,7 @@ def _run_dgl(spec: dict, dtype: str, epochs: int, grads: bool, out: Path) -> dic
 
 
 def _run_sar(spec: dict, n: int, dtype: str, epochs: int, grads: bool, out: Path) -> dict:
-    """One real SAR job: N fresh ``train.worker`` processes."""
+    """One real SAR job: N fresh ``dsgraph.modes.worker`` processes."""
     cfg = job_config(spec["parts"][n], n, spec["model"], spec["mode"], spec["chunk_rows"], dtype,
                      epochs)
     hook = "measure_grads" if grads else "measure"

@@ -20,7 +20,7 @@ from benchmarks.tasks.settings import LINK_CONFIG, THROTTLE, Setting, settings
 from dsgraph import config as config_mod
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.netns import LINK
-from partition.__main__ import main as partition_main
+from dsgraph.cli.partition import main as partition_main
 
 def _folder(tmp: Path, setting: Setting) -> Path:
     """The partition folder of a row (one set per config)."""

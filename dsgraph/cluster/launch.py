@@ -28,7 +28,8 @@ def base_env(cluster: ClusterConfig) -> dict[str, str]:
     threads = str(cluster.num_threads)
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1",
                GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))
-    root = str(Path(__file__).resolve().parents[2])  # so `python -m train...` resolves anywhere
+    # the checkout on the path: its dsgraph when not installed, benchmark and test hooks
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if cluster.ip_config:  # named in a port-in-use error
         env["DSGRAPH_IP_CONFIG"] = str(cluster.ip_config)

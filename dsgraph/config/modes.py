@@ -137,7 +137,8 @@ class SarConfig(ModeSection):
 
     MODE: ClassVar[str] = "sar"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS  # link prediction: train/sar_link.py
+    # link prediction: dsgraph/modes/sar_link.py
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS
 
     mode: Literal["sar", "sa", "one_shot"] = opt(
         "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "

@@ -87,7 +87,7 @@ def partition(config: Path, *overrides: str) -> None:
     """``python -m partition``'s main, in this process: it starts no job, and a fresh
     interpreter would only add its own torch and DGL imports (the command's process itself is
     tested in tests/test_partition.py)."""
-    importlib.import_module("partition.__main__").main(
+    importlib.import_module("dsgraph.cli.partition").main(
         ["--config", str(config), *_set_args(*overrides)])
 
 

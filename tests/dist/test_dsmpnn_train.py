@@ -75,7 +75,7 @@ def test_fields_file_trains_end_to_end_with_transfer(tmp_path, capsys):
 
     import numpy as np
 
-    from train.__main__ import main
+    from dsgraph.cli.train import main
 
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((4, 5, 5), np.float32), y=np.zeros((4, 5, 4), np.float32))

@@ -35,7 +35,7 @@ task: {{name: link_prediction, edge_split: [0.8, 0.1, 0.1], negatives: 2, eval_n
        hits_k: 20, hits_negatives: 500}}
 sampled: {{fanouts: [10, 10], batch_size: 256, eval_batch_size: 1024}}
 """)
-    importlib.import_module("partition.__main__").main(["--config", str(cfg)])
+    importlib.import_module("dsgraph.cli.partition").main(["--config", str(cfg)])
     return cfg
 
 

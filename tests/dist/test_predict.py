@@ -39,7 +39,7 @@ model: {{name: sage, args: {{hidden: 8, num_layers: 2}}}}
 train: {{mode: sar, epochs: 1, lr: 0.02, timeout_s: 150}}
 sampled: {{fanouts: [4, 4], batch_size: 64, eval_batch_size: 256}}
 """)
-    importlib.import_module("partition.__main__").main(["--config", str(cfg)])  # no job: in here
+    importlib.import_module("dsgraph.cli.partition").main(["--config", str(cfg)])  # no job: in here
     return tmp, cfg
 
 
@@ -195,7 +195,7 @@ class TwoConv(nn.Module):
 
 
 def test_plug_in_model_reading_a_missing_block_names_the_fanouts(graph_setup):
-    from train.sampled import FanoutBlocks
+    from dsgraph.modes.sampled import FanoutBlocks
 
     _, cfg_path = graph_setup
     import dgl

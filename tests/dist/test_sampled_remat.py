@@ -303,8 +303,8 @@ def test_trainer_with_two_rematerialized_layers_trains_as_stock(tmp_path):
     from dsgraph.metrics import read_records
     from dsgraph.models.registry import build_model
     from dsgraph.runs import RunFolder
-    from partition.__main__ import main as partition_main
-    from train.__main__ import launch
+    from dsgraph.cli.partition import main as partition_main
+    from dsgraph.cli.train import launch
     cfg_file = tmp_path / "gat.yaml"
     cfg_file.write_text(f"""
 dataset: {{num_nodes: 600, avg_degree: 6, num_classes: 4, feat_dim: 8, cache_dir: {tmp_path}/data}}

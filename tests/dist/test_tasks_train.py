@@ -44,7 +44,7 @@ train: {{mode: sampled, epochs: 3, lr: 0.03, timeout_s: 150}}
 task: {{name: {task}, class_weights: {weights}}}
 sampled: {{fanouts: [5, 5], batch_size: 128, eval_batch_size: 512}}
 """)
-        importlib.import_module("partition.__main__").main(["--config", str(cfg)])
+        importlib.import_module("dsgraph.cli.partition").main(["--config", str(cfg)])
         out[task] = cfg
     return out
 

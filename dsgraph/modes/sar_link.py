@@ -43,8 +43,8 @@ from dsgraph.sar.rows import RowPlan, exchange, fetch_rows
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.tasks.link_prediction import LinkPrediction, hits_threshold, make_decoder
 from dsgraph.trainer import Trainer
-from train.sampled_link import embedding_width
-from train.sar import SarStrategy
+from dsgraph.modes.sampled_link import embedding_width
+from dsgraph.modes.sar import SarStrategy
 
 EDGES_PER_FETCH = 1024  # held-out edges scored per row fetch (bounds the fetched rows)
 PAIRS_PER_ROUND = 4096  # training positives scored per row fetch (bounds the step's memory)
@@ -154,7 +154,7 @@ class SarLinkStrategy(SarStrategy):
             checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank))
         neg = torch.randint(0, len(self.new_of), (len(self.pos), self.cfg.task.negatives),
                             generator=gen)
-        # the loss outside: see train/sampled.py
+        # the loss outside: see dsgraph/modes/sampled.py
         with compression_context(self.cfg.compression) as compressor, (
                 self.w.rebuild_inputs([self.x], compressor) if self.cfg.sar.rebuild_inputs
                 else contextlib.nullcontext()):

@@ -41,7 +41,7 @@ from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.trainer import Trainer
-from train.sampled import PRESAMPLE_BATCHES, DistGraphStrategy
+from dsgraph.modes.sampled import PRESAMPLE_BATCHES, DistGraphStrategy
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
 PROBE_WIDTH = 4

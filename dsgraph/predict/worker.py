@@ -1,15 +1,16 @@
-"""One process of a prediction job: ``python -m predict.worker --run-dir JOB --run RUN --out FILE
-[--embeddings] [--checkpoint best|last] [--pairs FILE]``.
+"""One process of a prediction job: ``python -m dsgraph.predict.worker --run-dir JOB --run RUN
+--out FILE [--embeddings] [--checkpoint best|last] [--pairs FILE]``.
 
-Started by ``python -m predict`` on every rank, as ``train.worker`` is by ``python -m train``:
-it opens the run's Trainer (runtime, process group, this rank's data, the model), loads the
-checkpointed weights and asks the mode's strategy for its outputs; rank 0 writes them.
+Started by ``python -m predict`` on every rank, as ``dsgraph.modes.worker`` is by
+``python -m train``: it opens the run's Trainer (runtime, process group, this rank's data, the
+model), loads the checkpointed weights and asks the mode's strategy for its outputs; rank 0
+writes them.
 """
 from __future__ import annotations
 
 from dsgraph.cluster import dgl_compat
 
-# Patch DGL before it starts, at module level on purpose (see train/worker.py).
+# Patch DGL before it starts, at module level on purpose (see dsgraph/modes/worker.py).
 dgl_compat.apply_from_env()
 
 import argparse  # noqa: E402
@@ -20,14 +21,14 @@ import torch  # noqa: E402
 from dsgraph.cluster.worker import run_process_main  # noqa: E402
 from dsgraph.runs import RunFolder  # noqa: E402
 from dsgraph.trainer import Trainer  # noqa: E402
-from predict import output  # noqa: E402
-from predict.pairs import read_pairs  # noqa: E402
-from train import strategy_class  # noqa: E402
+from dsgraph.predict import output  # noqa: E402
+from dsgraph.predict.pairs import read_pairs  # noqa: E402
+from dsgraph.modes import strategy_class  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
     """Predict this rank's share of the run in ``--run``; rank 0 writes ``--out``."""
-    parser = argparse.ArgumentParser(prog="python -m predict.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m dsgraph.predict.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path, help="the prediction job's folder")
     parser.add_argument("--run", required=True, type=Path, help="the trained run folder")
     parser.add_argument("--out", required=True, type=Path)

@@ -37,7 +37,7 @@ from dsgraph.distgraph.prefetch import Prefetcher
 from dsgraph.errors import DataError
 from dsgraph.tasks.link_prediction import make_decoder
 from dsgraph.trainer import Trainer
-from train.sampled import FanoutBlocks, SampledStrategy, check_fanouts
+from dsgraph.modes.sampled import FanoutBlocks, SampledStrategy, check_fanouts
 
 DEFAULT_HIDDEN = 128  # the built-in models' default model.args.hidden
 

@@ -1,4 +1,5 @@
-"""One process of a training job: ``python -m train.worker --run-dir RUN [--resume] [--hook M:F]``.
+"""One process of a training job: ``python -m dsgraph.modes.worker --run-dir RUN [--resume]
+[--hook M:F]``.
 
 Started by the launcher (``python -m train``) on every rank, in every mode; it reads the run
 folder's resolved config and runs :class:`dsgraph.trainer.Trainer` with the mode's strategy.
@@ -20,7 +21,7 @@ from pathlib import Path  # noqa: E402
 from dsgraph.cluster.worker import run_process_main  # noqa: E402
 from dsgraph.runs import RunFolder  # noqa: E402
 from dsgraph.trainer import Hook, Trainer  # noqa: E402
-from train import strategy_class  # noqa: E402
+from dsgraph.modes import strategy_class  # noqa: E402
 
 
 def load_hook(target: str) -> Hook:
@@ -31,7 +32,7 @@ def load_hook(target: str) -> Hook:
 
 def main(argv: list[str] | None = None) -> None:
     """Train this rank of the run in ``--run-dir``."""
-    parser = argparse.ArgumentParser(prog="python -m train.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m dsgraph.modes.worker", description=__doc__)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--hook", action="append", default=[], metavar="MODULE:FACTORY")

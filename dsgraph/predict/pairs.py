@@ -12,9 +12,9 @@ from dsgraph.errors import UserError
 
 def read_pairs(path: Path, num_nodes: int, ids: np.ndarray | None = None) -> np.ndarray:
     """(pairs, 2) int64 original node ids of the csv ``path``, whose ids are the user's
-    (``ids``: the user's id of each original node, :func:`predict.output.user_ids`) or, without
-    ``ids``, original ids; one-line UserError for a missing file, missing columns, non-integer
-    ids or ids naming no node."""
+    (``ids``: the user's id of each original node, :func:`dsgraph.predict.output.user_ids`) or,
+    without ``ids``, original ids; one-line UserError for a missing file, missing columns,
+    non-integer ids or ids naming no node."""
     import pandas as pd  # only --pairs needs it
 
     try:

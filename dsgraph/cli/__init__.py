@@ -1,0 +1,2 @@
+"""The command-line programs (entry points dsgraph-partition, dsgraph-train, dsgraph-predict;
+python -m partition|train|predict from a checkout)."""

@@ -1,0 +1,1 @@
+"""Predictions of a finished run (the command: :mod:`dsgraph.cli.predict`)."""
