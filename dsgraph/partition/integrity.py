@@ -9,7 +9,6 @@ The block's layout is described in :mod:`dsgraph.partition.meta`.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -22,9 +21,11 @@ from dsgraph.partition.meta import (
     PART_FILES,
     REDO,
     canonical_json,
+    describe_differences,
     key_digest,
     partition_source,
     read_meta,
+    source_differences,
 )
 
 if TYPE_CHECKING:  # this module must not load DGL: `python -m partition --if-missing` uses it
@@ -140,30 +141,21 @@ def verify_files(part_json: Path, meta: dict, rels: Iterable[str] | None = None,
 
 def check_source(part_json: Path, meta: dict, cfg: Any, redo: str = REDO) -> None:
     """The partitioning was made with the run's ``partition.num_parts`` and, where the JSON
-    records its config, with the run's dataset and partition settings; names the first that
-    differs."""
-    def fail(key: str, made: Any, says: Any) -> None:
-        raise DataError(f"{part_json}: made with {key}={made}, the config says {says}; {redo}")
-
+    records its config, with the run's dataset and partition settings; names every setting that
+    differs (the usual cause: a ``--set`` given to ``python -m partition`` and not to ``train``),
+    so one retry fixes them all."""
     if meta["num_parts"] != cfg.partition.num_parts:
-        fail("partition.num_parts", meta["num_parts"], cfg.partition.num_parts)
+        raise DataError(f"{part_json}: made with partition.num_parts={meta['num_parts']}, the "
+                        f"config says {cfg.partition.num_parts}; {redo}")
     recorded = meta[BLOCK]["source"]
     if recorded is None:  # written by library code, not `python -m partition`: nothing to compare
         return
-    current = partition_source(cfg)
     # A key the JSON lacks was added to dsgraph later: the partitions were made with its default.
-    defaults = partition_source(type(cfg)())
-    for section in ("dataset", "partition", "task"):
-        old, new = recorded.get(section, {}), current.get(section, {})
-        for key in [*old, *(k for k in new if k not in old)]:
-            made = old.get(key, defaults.get(section, {}).get(key, "<unset>"))
-            if made != new.get(key, "<unset>"):
-                fail(f"{section}.{key}", _show(made), _show(new.get(key, "<unset>")))
-
-
-def _show(value: Any) -> str:
-    """A config value as the user wrote it in YAML (JSON is close enough), markers as they are."""
-    return value if value == "<unset>" else json.dumps(value)
+    diffs = source_differences(recorded, partition_source(cfg), partition_source(type(cfg)()))
+    if diffs:
+        hint = "" if len(diffs) == 1 else " (give `python -m partition` and `python -m train` " \
+                                          "the same --config and --set options)"
+        raise DataError(f"{part_json}: {describe_differences(diffs)}; {redo}{hint}")
 
 
 def verify_partitions(part_json: Path, cfg: Any, check_files: bool = True) -> None:

@@ -35,6 +35,7 @@ PART_FILES = ("part_graph", "node_feats", "edge_feats")
 IGNORED_KEYS = {"partition": ("out_dir", "pipeline", "memory_mb", "workers"),
                 "dataset": ("cache_dir",)}
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+UNSET = "<unset>"  # a key one side of a comparison does not have
 
 
 def canonical_json(value: Any) -> bytes:
@@ -57,6 +58,38 @@ def partition_source(cfg: Any) -> dict:
     if cfg.task_name == "link_prediction":  # other tasks' partitions keep their recorded source
         source["task"] = {"name": cfg.task_name, "edge_split": list(cfg.task.edge_split)}
     return source
+
+
+def source_differences(recorded: dict, current: dict, defaults: dict
+                       ) -> list[tuple[str, Any, Any]]:
+    """Every ``section.key`` whose recorded value (a key the record lacks: its default, the key
+    having been added to dsgraph later) differs from ``current``'s: ``(key, made, says)``, in the
+    record's order; sections and values as :func:`partition_source` builds them."""
+    out = []
+    for section in ("dataset", "partition", "task"):
+        old, new = recorded.get(section, {}), current.get(section, {})
+        for key in [*old, *(k for k in new if k not in old)]:
+            made = old.get(key, defaults.get(section, {}).get(key, UNSET))
+            says = new.get(key, UNSET)
+            if made != says:
+                out.append((f"{section}.{key}", made, says))
+    return out
+
+
+def describe_differences(diffs: list[tuple[str, Any, Any]]) -> str:
+    """``made with K=V, the config says W`` for one difference; for several every key is named
+    on both sides, so one message lists everything to repeat."""
+    if len(diffs) == 1:
+        key, made, says = diffs[0]
+        return f"made with {key}={show_value(made)}, the config says {show_value(says)}"
+    made = ", ".join(f"{k}={show_value(v)}" for k, v, _ in diffs)
+    says = ", ".join(f"{k}={show_value(v)}" for k, _, v in diffs)
+    return f"made with {made}; the config says {says}"
+
+
+def show_value(value: Any) -> str:
+    """A config value as the user wrote it in YAML (JSON is close enough), markers as they are."""
+    return value if value == UNSET else json.dumps(value)
 
 
 def read_meta(part_json: str | Path, redo: str = REDO) -> dict:
