@@ -13,7 +13,7 @@ from dsgraph.config import plain_help
 from dsgraph.errors import UserError, cli_main
 
 BENCHMARKS = ("partition", "sampled", "sampled_remat", "compression", "sar", "dsmpnn", "tasks",
-              "reliability", "scale", "hetero")
+              "reliability", "scale", "hetero", "recipes")
 
 
 @cli_main

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.recipes import write_arxiv_like
+from benchmarks.recipes.fixture import write_arxiv_like
 from dsgraph import config
 from dsgraph.data import load_graph
 from tests.test_datasets_formats import toy, write_dgl_csv
