@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dsgraph import config as config_mod
-from dsgraph.cluster.chatter import quiet_env
+from dsgraph.cli import command_parser
 from dsgraph.errors import ConfigError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from dsgraph.cli.partition import check_writable
@@ -61,10 +61,7 @@ def refuse_foreign_folder(out: Path) -> None:
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Write the dataset named by the config as a chunked graph folder and say how to use it."""
-    quiet_env(os.environ)  # before DGL is imported: no backend notice on the console
-    parser = argparse.ArgumentParser(prog="python -m partition.chunk",
-                                     description=config_mod.plain_help(__doc__))
-    config_mod.add_cli_args(parser)
+    parser = command_parser("python -m partition.chunk", __doc__)
     parser.add_argument("--out", required=True, help="output folder (metadata.json and chunks)")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
     parser.add_argument("--chunk-rows", type=positive_int, default=None,

@@ -1,7 +1,6 @@
 """``python -m partition --config C [--out DIR] [--force] [--set ...]``: write DGL partition files."""
 from __future__ import annotations
 
-import argparse
 from functools import partial
 import json
 import os
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsgraph import config as config_mod
-from dsgraph.cluster.chatter import quiet_env
+from dsgraph.cli import command_parser
 from dsgraph.errors import ConfigError, DataError, UserError, cli_main
 from dsgraph.fsutil import storage_error
 from dsgraph.partition.integrity import verify_partitions
@@ -43,10 +42,7 @@ def summary_lines(stats: dict) -> list[str]:
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Load the graph named by the config, partition it and print the summary."""
-    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
-    parser = argparse.ArgumentParser(prog="python -m partition",
-                                     description=config_mod.plain_help(__doc__))
-    config_mod.add_cli_args(parser)
+    parser = command_parser("python -m partition", __doc__)
     parser.add_argument("--out", help="output folder (default: partition.out_dir)")
     parser.add_argument("--force", action="store_true", help="replace an existing output folder")
     parser.add_argument("--if-missing", action="store_true",

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from dsgraph.cluster.chatter import quiet_env
-from dsgraph.config import plain_help
+from dsgraph.cli import command_parser
 from dsgraph.errors import UserError, cli_main
 from dsgraph.models.registry import probe_model
 from dsgraph.runs import RunFolder, run_fingerprint
@@ -38,9 +36,8 @@ JOB_DIR = "predictions_job"  # inside the run folder; a name run folders may hol
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Check the run and the output path, run the prediction job, say where the file is."""
-    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
-    parser = argparse.ArgumentParser(prog="python -m predict", description=plain_help(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m predict", __doc__, config=False,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, type=Path, help="a finished run folder")
     parser.add_argument("--out", type=Path,
                         help="output file, .npz or .csv (default: RUN/predictions.npz)")

@@ -10,15 +10,13 @@ run.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from dsgraph import config as config_mod
-from dsgraph.cluster.chatter import quiet_env
+from dsgraph.cli import command_parser
 from dsgraph.cluster.memwatch import forget_last_job, last_job
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
@@ -71,10 +69,7 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
 @cli_main
 def main(argv: list[str] | None = None) -> None:
     """Resolve the config, prepare the run folder, run the job and print its summary."""
-    quiet_env(os.environ)  # before DGL is imported here: no backend notice on the console
-    parser = argparse.ArgumentParser(prog="python -m train",
-                                     description=config_mod.plain_help(__doc__))
-    config_mod.add_cli_args(parser)
+    parser = command_parser("python -m train", __doc__)
     parser.add_argument("--out", help="run folder (default: train.out_dir)")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     parser.add_argument("--force", action="store_true",
