@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from dsgraph.data.chunked import ChunkedGraph, open_chunked, write_chunked, write_graph_chunks
+from dsgraph.data.chunked import ChunkedGraph, open_chunked
+from dsgraph.data.chunked_write import write_chunked, write_graph_chunks
 from dsgraph.data.chunks import GraphChunks, InMemoryChunks, read_node_key
 from dsgraph.errors import DataError, UserError
 

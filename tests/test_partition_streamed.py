@@ -15,7 +15,7 @@ import torch
 
 from dsgraph import config as config_mod
 from dsgraph.config import DatasetConfig
-from dsgraph.data.chunked import write_graph_chunks
+from dsgraph.data.chunked_write import write_graph_chunks
 from dsgraph.data.chunks import InMemoryChunks
 from dsgraph.data.synthetic import generate
 

@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     # Imported only now: torch reads OMP_NUM_THREADS when it loads, and bad options should not
     # wait for torch and DGL to load.
-    from dsgraph.data.chunked import open_chunked, write_graph_chunks
+    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunked_write import write_graph_chunks
     from dsgraph.data.synthetic_chunked import DEFAULT_CHUNK_ROWS, generate_chunked
 
     rows = args.chunk_rows or DEFAULT_CHUNK_ROWS

@@ -380,16 +380,3 @@ class ChunkedGraph:
         for name, files in sorted(self.node_files.items()):
             g.ndata[name] = torch.from_numpy(read_node_data(name, files, self.num_nodes))
         return g
-
-
-# The writers moved to chunked_write (this module stayed within its size); their old import
-# path keeps working, loaded on first use so that the streamed reader never imports them.
-_MOVED = {"write_chunked", "write_graph_chunks", "check_out_folder", "NODE_CHUNK_BYTES"}
-
-
-def __getattr__(name: str) -> Any:
-    """``write_chunked`` and ``write_graph_chunks`` from :mod:`dsgraph.data.chunked_write`."""
-    if name in _MOVED:
-        from dsgraph.data import chunked_write
-        return getattr(chunked_write, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
