@@ -10,8 +10,7 @@ and id range are checked when it is read. :class:`ChunkedGraph` (streamed) holds
 and one edge type; a folder of several types (a heterogeneous graph) is read whole, in memory,
 by :mod:`dsgraph.data.chunked_hetero`, with the same metadata checks (:class:`MetadataParser`).
 ``edge_data`` is accepted and ignored (partitions hold node data only).
-:mod:`dsgraph.data.chunked_write` writes the format streaming, one chunk in memory at a time
-(``write_chunked`` and ``write_graph_chunks`` are importable from here too).
+:mod:`dsgraph.data.chunked_write` writes the format streaming, one chunk in memory at a time.
 """
 from __future__ import annotations
 
