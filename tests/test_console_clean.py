@@ -144,24 +144,3 @@ def test_an_echoed_process_chatter_stays_in_its_log(tmp_path, capfd):
     assert "epoch 1: loss 0.5000" in err and "graphbolt" not in err and "exiting" not in err
     log = (tmp_path / "trainer0.log").read_text()
     assert "graphbolt: False" in log and "Client[0] in group[0] is exiting..." in log
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_a_real_jobs_console_holds_no_chatter_and_its_logs_do(tmp_path, capsys):
-    from tests.dist import jobs
-
-    jobs.partition_default(tmp_path)
-    capsys.readouterr()
-    run = tmp_path / "run"
-    err = jobs.train(jobs.DEFAULT, run, *jobs.default_sets(tmp_path))
-    out = capsys.readouterr().out
-    console = (err + out).replace("\r", "\n").splitlines()
-    assert [ln for ln in console if is_chatter(ln.strip())] == []
-    assert not any(head in err for head in ("graphbolt", "waits on", "connect to server",
-                                            "is exiting", "DGL backend"))
-    assert "epoch 1:" in err and "final: " in out  # the run's own lines still reach it
-    logged = "\n".join(p.read_text(errors="replace") for p in (run / "logs").glob("*.log"))
-    assert any(is_chatter(ln) for ln in logged.replace("\r", "\n").splitlines())
-    epoch_line = next(ln for ln in console if ln.startswith("epoch 1:"))
-    assert re.search(r"samples_per_s [\d,]+(,|$)", epoch_line) and "e+0" not in epoch_line

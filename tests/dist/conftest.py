@@ -13,6 +13,8 @@ resumes it, works on a copy).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +82,7 @@ class Run:
     path: Path
     config: Path
     sets: tuple[str, ...]
+    console: str = ""  # what the job wrote to stderr (the epoch lines, warnings, errors)
 
 
 @pytest.fixture(scope="session")
@@ -106,8 +109,7 @@ def sampled_run(sampled_graph) -> Run:
     """configs/default.yaml (GraphSAGE, 2 trainers) trained 3 epochs on ``sampled_graph``."""
     run = Run(sampled_graph / "three_epochs", jobs.DEFAULT,
               (*jobs.default_sets(sampled_graph, jobs.SHARED), "train.epochs=3"))
-    jobs.train(run.config, run.path, *run.sets)
-    return run
+    return dataclasses.replace(run, console=jobs.train(run.config, run.path, *run.sets))
 
 
 def _darcy_run(root: Path, name: str, *sets: str) -> Run:

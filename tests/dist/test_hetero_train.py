@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dsgraph.config import DatasetConfig
+from dsgraph.data import load_graph
 from tests.dist.jobs import ROOT, epochs, partition, predict, run_main, summary, train
 
 HETERO = ROOT / "configs" / "hetero.yaml"
@@ -123,22 +125,37 @@ def test_hetero_refusals(hetero_runs, tmp_path):
 
 
 def test_user_folders_partition_train_and_predict(tmp_path):
-    """A multi-type DGL CSV folder and an ogbn-mag-layout folder (tests/test_hetero_data.py's
-    fixtures) partition as a user runs it; the OGB one then trains and predicts (after loading,
-    both formats take the same path), with predictions for every paper once."""
+    """A multi-type DGL CSV folder, an ogbn-mag-layout folder (tests/test_hetero_data.py's
+    fixtures) and a typed chunked folder partition as a user runs it (the chunked one in memory:
+    an explicit streamed pipeline is refused in one line); the chunked one then trains and
+    predicts, with predictions for every paper once (after loading, every format takes the same
+    path; the CSV one's train and predict: tests/dist/test_predict_user_ids.py)."""
+    from dsgraph.data.chunked_hetero import write_hetero_chunked
     from tests.test_hetero_data import COUNTS, toy, write_dgl_csv_hetero, write_ogb_hetero
     data = toy()
-    for layout, folder in (("csv", write_dgl_csv_hetero(tmp_path / "csv", data)),
-                           ("ogb", write_ogb_hetero(tmp_path / "mag", data))):
-        user = (f"dataset.name={layout}", f"dataset.path={folder}",
+    csv = write_dgl_csv_hetero(tmp_path / "csv", data)
+    ogb = write_ogb_hetero(tmp_path / "mag", data)
+    typed = write_hetero_chunked(
+        load_graph(DatasetConfig(name="ogb", path=str(ogb), add_reverse_edges=False,
+                                 cache_dir=str(tmp_path / "data"))),
+        tmp_path / "chunked", 3, edge_format="csv").parent
+    for layout, name, folder in (("csv", "csv", csv), ("ogb", "ogb", ogb),
+                                 ("chunked", "chunked", typed)):
+        user = (f"dataset.name={name}", f"dataset.path={folder}",
                 f"dataset.cache_dir={tmp_path / 'data'}",
                 f"partition.out_dir={tmp_path / f'parts-{layout}'}", "sampled.batch_size=8",
                 "sampled.fanouts=[4, 4]", "model.args={hidden: 8}", "train.epochs=2",
                 "train.timeout_s=200")
+        if layout == "chunked":
+            code, err = run_main("partition", "--config", str(HETERO), *[
+                a for s in (*user, "partition.pipeline=streamed") for a in ("--set", s)])
+            assert code == 2 and "partition.pipeline" in err and "Traceback" not in err, err
         partition(HETERO, *user)
         meta = json.loads((tmp_path / f"parts-{layout}" / "graph.json").read_text())
         assert meta["target_ntype"] == "paper" and meta["num_classes"] == 3
         assert sum(hi - lo for lo, hi in meta["node_map"]["author"]) == COUNTS["author"]
+    stats = json.loads((tmp_path / "parts-chunked" / "partition_stats.json").read_text())
+    assert stats.get("pipeline") != "streamed"
     train(HETERO, tmp_path / "run", *user)
     assert summary(tmp_path / "run")["target_ntype"] == "paper"
     predict(tmp_path / "run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,22 @@ def test_plug_in_model_from_user_module(sampled_graph, tmp_path, monkeypatch):
     at_peak, peaks = summary["pss_mb_per_process_at_job_peak"], summary["peak_rss_mb_per_process"]
     assert {"server0", "server1", "trainer0", "trainer1"} <= set(at_peak), at_peak
     assert 0 < summary["job_memory_mb"] < sum(peaks.values()), (summary["job_memory_mb"], peaks)
+
+
+def test_console_holds_no_dgl_chatter_and_the_logs_do(sampled_run):
+    """A real job's console (the shared 3-epoch run's stderr) shows its epoch lines, with
+    integer throughputs, and none of DGL's or gloo's notices (dsgraph/cluster/chatter.py), which
+    stay in the processes' logs."""
+    from dsgraph.cluster.chatter import is_chatter
+    console = sampled_run.console.replace("\r", "\n").splitlines()
+    assert [ln for ln in console if is_chatter(ln.strip())] == []
+    assert not any(head in sampled_run.console for head in (
+        "graphbolt", "waits on", "connect to server", "is exiting", "DGL backend"))
+    epoch_line = next(ln for ln in console if ln.startswith("epoch 1:"))
+    assert re.search(r"samples_per_s [\d,]+(,|$)", epoch_line) and "e+0" not in epoch_line
+    logged = "\n".join(p.read_text(errors="replace")
+                       for p in (sampled_run.path / "logs").glob("*.log"))
+    assert any(is_chatter(ln) for ln in logged.replace("\r", "\n").splitlines())
 
 
 @pytest.mark.timeout(300)
