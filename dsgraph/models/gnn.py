@@ -1,6 +1,6 @@
 """Stacked message-passing classifiers (GraphSAGE, GCN, GAT) built from ``dgl.nn`` layers.
 
-Contract shared by every model dsgraph trains (see README, "Plugging in a model"):
+Contract shared by every model dsgraph trains (docs/models.md):
 ``Model(in_feats, num_classes, **model.args)``; ``forward(blocks, x)`` with one block per layer
 in sampled mode, or ``forward(graph, x)`` with the same graph for every layer in full-graph mode.
 Built-in models also offer ``forward_layer(i, graph, h)`` so evaluation can run layer by layer
