@@ -1,8 +1,8 @@
 """Sampled rematerialization of relational layers (``sampled.rematerialize`` on a heterograph)
 gives the plain layers' loss and gradients on the same typed blocks.
 
-Blocks are sampled from a local heterograph whose nodes of every type are split over four
-"partitions" (one owning nothing); RGCN and RGAT, float64 and float32, whole groups and chunks
+Blocks are sampled from a local heterograph whose nodes of every type are split over three
+"partitions" at random; RGCN and RGAT, float64 and float32, whole groups and chunks
 of 3 rows. Types with stored features are rematerialized; the featureless type's rows are a
 learnable table read whole, whose gradient (also through the rematerialized relations into
 that type: GAT's destination term) is compared too. A real 2-partition job compares both on
@@ -74,8 +74,8 @@ def compare_hetero(model, blocks, input_nodes: dict, rows: dict[str, Rows],
 @pytest.fixture(scope="module")
 def batch():
     """Typed blocks of a 2-layer sample from tests/test_hetero_partition.make_graph (paper and
-    author featured, field featureless), every type's ids owned by partitions 0-2 (3 owns
-    nothing), labels of the paper seeds."""
+    author featured, field featureless), every type's ids owned by partitions 0-2 at
+    random, labels of the paper seeds."""
     from tests.test_hetero_partition import make_graph
     g = make_graph()
     gen = torch.Generator().manual_seed(0)
