@@ -133,6 +133,16 @@ def check_label(where: Mapping[str, str], label: np.ndarray, n: int,
     return label
 
 
+def check_id_range(where: str, key: str, ids: np.ndarray, n: int, bound: str) -> None:
+    """Edge endpoints ``ids`` within ``[0, n)`` (``bound`` says where ``n`` comes from); else a
+    one-line DataError naming how many are out and the first."""
+    out = (ids < 0) | (ids >= n)
+    if out.any():
+        first = int(np.flatnonzero(out)[0])
+        raise DataError(f"{where}: {key}: {int(out.sum())} node ids outside [0, {n}) ({bound}), "
+                        f"first {int(ids[first])} at edge {first}")
+
+
 def check_edges(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, n: int) -> None:
     """Check the edge lists: 1-D integer node ids in ``[0, n)``, as many sources as targets."""
     for key, ids in (("src", src), ("dst", dst)):
@@ -142,13 +152,7 @@ def check_edges(where: Mapping[str, str], src: np.ndarray, dst: np.ndarray, n: i
         if not np.issubdtype(ids.dtype, np.integer):
             raise DataError(f"{where[key]}: {key}: expected integer node ids, got dtype "
                             f"{ids.dtype}")
-        if ids.size:
-            out = (ids < 0) | (ids >= n)
-            if out.any():
-                first = int(np.flatnonzero(out)[0])
-                raise DataError(f"{where[key]}: {key}: {int(out.sum())} node ids outside "
-                                f"[0, {n}) (the number of feat rows), first {int(ids[first])} "
-                                f"at edge {first}")
+        check_id_range(where[key], key, ids, n, "the number of feat rows")
     if src.shape[0] != dst.shape[0]:
         raise DataError(f"{where['dst']}: dst: expected as many entries as src ({src.shape[0]}), "
                         f"got {dst.shape[0]}")

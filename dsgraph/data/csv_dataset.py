@@ -323,14 +323,20 @@ def _check_meta(folder: Path) -> tuple[str, str, list[str], dict]:
             raise DataError(f"{meta_path}: {key}: expected one {kind} type (a homogeneous "
                             f"graph), got {len(items)}; heterogeneous graphs are not supported")
         entries[key] = str(items[0]["file_name"])
-    names = [entries["node_data"], entries["edge_data"]]
+    names = listed_files(folder, meta, [entries["node_data"], entries["edge_data"]])
+    return entries["node_data"], entries["edge_data"], names, meta
+
+
+def listed_files(folder: Path, meta: dict, names: list[str]) -> list[str]:
+    """``names`` (the node and edge files ``meta.yaml`` lists) plus its ``graph_data`` file, each
+    checked to exist in ``folder``; else a one-line DataError naming the file."""
     graph_data = meta.get("graph_data")
     if isinstance(graph_data, dict) and "file_name" in graph_data:
-        names.append(str(graph_data["file_name"]))
+        names = [*names, str(graph_data["file_name"])]
     for name in names:
         if not (folder / name).is_file():
             raise DataError(f"{folder / name}: file not found (named in {META})")
-    return entries["node_data"], entries["edge_data"], names, meta
+    return names
 
 
 def _arrays(g: dgl.DGLGraph, where: Sources, target: str = "class"

@@ -33,9 +33,11 @@ import pandas as pd
 from dgl.data import CSVDataset
 
 from dsgraph.config.fields import MAX_NODES
-from dsgraph.data.arrays import Sources, check_feat, label_columns, resolve_masks, user_path
+from dsgraph.data.arrays import (Sources, check_feat, check_id_range, label_columns,
+                                  resolve_masks, user_path)
 from dsgraph.data.csv_dataset import (META, NodeColumns, _CachedCSVDataset, attach_user_ids,
-                                      csv_node_ids, files_digest, parse_one_graph, read_meta)
+                                      csv_node_ids, files_digest, listed_files, parse_one_graph,
+                                      read_meta)
 from dsgraph.data.hetero import Etype, assemble
 from dsgraph.data.ogb import _int_column, _one_graph, _read_table, split_folder, split_masks
 from dsgraph.data.split import MASKS
@@ -149,18 +151,9 @@ def _relation(raw: Path, c: Etype, counts: dict[str, int]) -> tuple[np.ndarray, 
     if not np.issubdtype(edges.dtype, np.integer):
         raise DataError(f"{p}: expected integer node ids, got dtype {edges.dtype}")
     for col, (key, t) in enumerate((("src", c[0]), ("dst", c[2]))):
-        _in_range(str(p), key, edges[:, col], t, counts[t], "num-node-dict.csv.gz")
+        check_id_range(str(p), key, edges[:, col], counts[t],
+                       f"the number of {t} nodes in num-node-dict.csv.gz")
     return edges[:, 0], edges[:, 1]
-
-
-def _in_range(where: str, key: str, ids: np.ndarray, ntype: str, n: int, source: str) -> None:
-    """Node ids of type ``ntype`` within ``[0, n)``; else a one-line DataError."""
-    out = (ids < 0) | (ids >= n)
-    if out.any():
-        first = int(np.flatnonzero(out)[0])
-        raise DataError(f"{where}: {key}: {int(out.sum())} node ids outside [0, {n}) (the "
-                        f"number of {ntype} nodes in {source}), first {int(ids[first])} at edge "
-                        f"{first}")
 
 
 def _typed_files(folder: Path, name: str, counts: dict[str, int]) -> list[tuple[str, Path]]:
@@ -280,14 +273,7 @@ def _hetero_meta(folder: Path) -> tuple[dict[str, str], dict[Etype, str], list[s
             raise DataError(f"{meta_path}: edge_data: relation {c[1]!r} is listed twice; "
                             f"expected relation names unique across the graph")
         edges[c] = str(item["file_name"])
-    names = [*nodes.values(), *edges.values()]
-    graph_data = meta.get("graph_data")
-    if isinstance(graph_data, dict) and "file_name" in graph_data:
-        names.append(str(graph_data["file_name"]))
-    for name in names:
-        if not (folder / name).is_file():
-            raise DataError(f"{folder / name}: file not found (named in {META})")
-    return nodes, edges, names
+    return nodes, edges, listed_files(folder, meta, [*nodes.values(), *edges.values()])
 
 
 def _unknown_endpoint(folder: Path, nodes: dict[str, str], edges: dict[Etype, str]
