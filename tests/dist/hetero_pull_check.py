@@ -10,12 +10,12 @@ from dsgraph.cluster import dgl_compat
 
 dgl_compat.apply_from_env()  # process entry point: patch before DGL starts
 
-import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+
+from tests.dist.trainer_process import connect, run  # noqa: E402
 
 
 def main(run_dir: Path) -> None:
@@ -23,11 +23,8 @@ def main(run_dir: Path) -> None:
     import dgl
     import torch.distributed as dist
 
-    from dsgraph.cluster.worker import init_process_group
 
-    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
-    rank, _ = init_process_group(120)
-    g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+    rank, g = connect()
     pb = g.get_partition_book()
     original = torch.load(run_dir / "original.pt")
     result: dict = {"partid": int(pb.partid), "ntypes": list(g.ntypes),
@@ -51,7 +48,4 @@ def main(run_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    from dsgraph.cluster.worker import run_process_main
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--run-dir", type=Path, required=True)
-    run_process_main(main, parser.parse_args().run_dir)
+    run(main)

@@ -12,23 +12,19 @@ import pytest
 
 from tests.test_hetero_remat import MODELS, compare_hetero
 from tests.dist.test_sampled_remat import TOL
+from tests.dist.trainer_process import connect, run
 
 
 def _trainer(run_dir: Path) -> None:
     """Trainer of the job: one typed batch from the servers, plain vs rematerialized."""
-    import os
-
     import dgl
     import torch
     import torch.distributed as dist
 
-    from dsgraph.cluster.worker import init_process_group
     from dsgraph.distgraph.features import CachedFeatures
     from dsgraph.models.registry import build_model
 
-    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
-    rank, _ = init_process_group(120)
-    g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+    rank, g = connect()
     pb = g.get_partition_book()
     feats = {t: CachedFeatures(g, "feat", t) for t in ("paper", "author")}
     dgl.seed(rank)
@@ -82,10 +78,5 @@ def test_two_partitions_with_distgraph_servers(tmp_path):
 if __name__ == "__main__":
     from dsgraph.cluster import dgl_compat
 
-    dgl_compat.apply_from_env()
-    import argparse
-
-    from dsgraph.cluster.worker import run_process_main
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--run-dir", type=Path, required=True)
-    run_process_main(_trainer, parser.parse_args().run_dir)
+    dgl_compat.apply_from_env()  # process entry point: patch before DGL starts
+    run(_trainer)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from tests.dist.trainer_process import connect, run
 
 MODELS = [("sage", {"hidden": 8}), ("sage", {"hidden": 24}),
           ("sage", {"hidden": 8, "aggregator": "gcn"}), ("sage", {"hidden": 8, "aggregator": "pool"}),
@@ -252,18 +253,13 @@ def test_unsupported_first_layer_is_one_line(batch):
 
 def _trainer(run_dir: Path) -> None:
     """Trainer of the job: one batch per model from the servers, stock vs rematerialized."""
-    import os
-
     import dgl
     import torch.distributed as dist
 
-    from dsgraph.cluster.worker import init_process_group
     from dsgraph.distgraph.features import CachedFeatures
     from dsgraph.models.registry import build_model
 
-    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])
-    rank, _ = init_process_group(120)
-    g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
+    rank, g = connect()
     pb = g.get_partition_book()
     feat = CachedFeatures(g, "feat")
     dgl.seed(rank)
@@ -355,10 +351,5 @@ def test_two_partitions_with_distgraph_servers(tmp_path):
 if __name__ == "__main__":
     from dsgraph.cluster import dgl_compat
 
-    dgl_compat.apply_from_env()
-    import argparse
-
-    from dsgraph.cluster.worker import run_process_main
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--run-dir", type=Path, required=True)
-    run_process_main(_trainer, parser.parse_args().run_dir)
+    dgl_compat.apply_from_env()  # process entry point: patch before DGL starts
+    run(_trainer)
