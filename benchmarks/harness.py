@@ -189,6 +189,18 @@ def bars(ax: Any, xs: Sequence[float], rows: Sequence[dict], column: str,
         tag(patch, column, [r], fields, "x" if horizontal else "y")
 
 
+def throughput_bars(ax: Any, ys: Sequence[float], rows: Sequence[dict], fields: Sequence[str],
+                    colours: Sequence[str]) -> None:
+    """Horizontal ``samples_per_s`` bars, one per row at ``ys`` (labelled by its ``setting``),
+    each with the range of its repeats (``samples_per_s_min`` .. ``_max``); grey: stock DGL."""
+    bars(ax, ys, rows, "samples_per_s", fields, horizontal=True, color=colours)
+    for y, r in zip(ys, rows):
+        if r.get("samples_per_s_min") is not None:
+            ax.plot([r["samples_per_s_min"], r["samples_per_s_max"]], [y, y], color="k", lw=1)
+    ax.set_xlabel("training seeds / s (median, range of repeats); grey: stock DGL")
+    ax.set_yticks(ys, [r["setting"] for r in rows], fontsize=7)
+
+
 def line(ax: Any, rows: Sequence[dict], x: str, column: str, fields: Sequence[str],
          *args: Any, **kw: Any) -> None:
     """``row[column]`` against ``row[x]`` over ``rows`` (rows without a value left out), tagged."""

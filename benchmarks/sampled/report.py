@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from benchmarks.harness import View, bars, render_saved
+from benchmarks.harness import View, bars, render_saved, throughput_bars
 
 COLUMNS = ("setting", "system", "hosts", "parts", "trainers", "link", "samples_per_s",
            "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "epoch_s", "test_acc",
@@ -33,12 +33,7 @@ def _plot(rows: list[dict], fig: Any) -> None:
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
     ys = [-i for i in range(len(rows))]  # the first row on top, as in the table
     colours = ["tab:gray" if r["system"] == "stock" else "tab:blue" for r in rows]
-    bars(ax1, ys, rows, "samples_per_s", KEY, horizontal=True, color=colours)
-    for y, r in zip(ys, rows):
-        if r.get("samples_per_s_min") is not None:
-            ax1.plot([r["samples_per_s_min"], r["samples_per_s_max"]], [y, y], color="k", lw=1)
-    ax1.set_xlabel("training seeds / s (median, range of repeats); grey: stock DGL")
-    ax1.set_yticks(ys, [r["setting"] for r in rows], fontsize=7)
+    throughput_bars(ax1, ys, rows, KEY, colours)
     bars(ax2, ys, rows, "test_acc", KEY, horizontal=True, color="tab:green")
     ax2.set_xlabel("test accuracy")
     ax2.set_xlim(0, 1)
