@@ -100,6 +100,19 @@ def all_reduce(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> li
     return t.tolist()
 
 
+# Label rows read per pull when counting classes (bounds each RPC message).
+_LABEL_CHUNK = 1 << 16
+
+
+def count_classes(label: Any, n: int, rank: int, world: int) -> int:
+    """Max label + 1 of the ``n`` rows of DistTensor ``label``, read in chunks shared out over
+    the trainers."""
+    best = -1.0
+    for a in range(rank * _LABEL_CHUNK, n, world * _LABEL_CHUNK):
+        best = max(best, float(label[torch.arange(a, min(a + _LABEL_CHUNK, n))].max()))
+    return int(all_reduce([best], dist.ReduceOp.MAX)[0]) + 1
+
+
 @torch.no_grad()
 def layerwise_inference(model: StackedGNN, g: Any, batch_size: int) -> Any:
     """Exact outputs of every node (a DistTensor): each layer over all neighbours, every trainer

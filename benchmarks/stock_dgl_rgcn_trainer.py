@@ -34,11 +34,7 @@ from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
 from benchmarks.stock_dgl_common import (add_common_args, all_reduce, append_metrics, connect,
-                                         disconnect, write_json_atomic)
-
-# Label rows read per pull when counting classes (bounds each RPC message).
-_CHUNK = 1 << 16
-
+                                         count_classes, disconnect, write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -138,14 +134,6 @@ def pick_target(g: Any, meta: dict, given: Optional[str]) -> str:
     return found[0]
 
 
-def count_classes(g: Any, target: str, rank: int, world: int) -> int:
-    """Max label + 1 of the target type, the labels read in chunks shared out over trainers."""
-    label, n, best = g.nodes[target].data["label"], g.num_nodes(target), -1.0
-    for a in range(rank * _CHUNK, n, world * _CHUNK):
-        best = max(best, float(label[torch.arange(a, min(a + _CHUNK, n))].max()))
-    return int(all_reduce([best], dist.ReduceOp.MAX)[0]) + 1
-
-
 def train_epoch(model: nn.Module, inputs: InputLayer, opt: torch.optim.Optimizer,
                 sparse_opt: Any, loader: DistNodeDataLoader, label: Any,
                 target: str) -> dict[str, float]:
@@ -215,7 +203,8 @@ def main() -> None:
     train_nid = train_nid[:keep]
     num_classes = int(meta.get("num_classes", 0) or 0)
     if num_classes <= 0:
-        num_classes = count_classes(g, target, rank, world)
+        num_classes = count_classes(g.nodes[target].data["label"], g.num_nodes(target), rank,
+                                    world)
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
     torch.manual_seed(args.seed)

@@ -33,12 +33,8 @@ from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
 from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce,
-                                         append_metrics, connect, disconnect,
+                                         append_metrics, connect, count_classes, disconnect,
                                          layerwise_inference, write_json_atomic)
-
-# Label rows read per pull when counting classes (bounds each RPC message).
-_CHUNK = 1 << 16
-
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -49,14 +45,6 @@ def parse_args() -> argparse.Namespace:
                    help="layerwise: exact, all nodes (val and test accuracy); sampled: the test "
                         "nodes only, neighbourhoods sampled with --fanouts")
     return p.parse_args()
-
-
-def count_classes(g: Any, rank: int, world: int) -> int:
-    """Max label + 1, the labels read in chunks shared out over the trainers."""
-    label, n, best = g.ndata["label"], g.num_nodes(), -1.0
-    for a in range(rank * _CHUNK, n, world * _CHUNK):
-        best = max(best, float(label[torch.arange(a, min(a + _CHUNK, n))].max()))
-    return int(all_reduce([best], dist.ReduceOp.MAX)[0]) + 1
 
 
 def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: Any, train_nid: torch.Tensor,
@@ -127,7 +115,7 @@ def main() -> None:
            for name in ("train", "val", "test")}
     num_classes = int(meta.get("num_classes", 0) or 0)
     if num_classes <= 0:
-        num_classes = count_classes(g, rank, world)
+        num_classes = count_classes(g.ndata["label"], g.num_nodes(), rank, world)
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
     torch.manual_seed(args.seed)
