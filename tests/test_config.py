@@ -17,6 +17,14 @@ SECTIONS = ("dataset, partition, model, train, task, sampled, sar, physics, seqa
             "cluster")
 
 
+def blamed(sets: list[str], message: str) -> str:
+    """The one line expected for ``message`` (``key: ...``) with no config file: a key one of
+    ``sets`` gave is named as the --set's, any other as the defaults'."""
+    key = message.split(": ", 1)[0]
+    given = {s.split("=", 1)[0] for s in sets}
+    return f"--set {message}" if key in given else f"<defaults>: {message}"
+
+
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
     p = tmp_path / name
     p.write_text(text)
@@ -99,7 +107,8 @@ def test_set_result_is_validated(tmp_path):
     p = write(tmp_path, "partition:\n  num_parts: 4\n")
     with pytest.raises(ConfigError) as err:
         cfgmod.load(p, ["partition.num_parts=0"])
-    assert str(err.value) == f"{p}: partition.num_parts: expected an integer >= 1, got 0"
+    # the value the error quotes is the --set's, not the file's: the --set is named
+    assert str(err.value) == "--set partition.num_parts: expected an integer >= 1, got 0"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -108,10 +117,10 @@ def test_set_result_is_validated(tmp_path):
     ("a.b.c=1", f"--set a.b.c=1: a: unknown section; allowed sections: {SECTIONS}"),
     (".num_parts=1", "--set .num_parts=1: expected section.key=value"),
     ("foo.x=1", f"--set foo.x=1: foo: unknown section; allowed sections: {SECTIONS}"),
-    ("partition.nparts=2", "<defaults>: partition.nparts: unknown key; allowed keys: "
+    ("partition.nparts=2", "--set partition.nparts: unknown key; allowed keys: "
                            "balance_edges, balance_train, graph_name, halo_hops, memory_mb, "
                            "method, num_parts, out_dir, pipeline, seed, workers"),
-    ("partition.num_parts=[1", "<defaults>: partition.num_parts: expected an integer, got '[1'"),
+    ("partition.num_parts=[1", "--set partition.num_parts: expected an integer, got '[1'"),
 ])
 def test_bad_set_syntax(text, message):
     with pytest.raises(ConfigError) as err:
@@ -188,7 +197,7 @@ def test_partition_cli_config_errors_exit_2_one_line(tmp_path):
          "error: --set nonsense: expected section.key=value"),
         (["--config", "bad.yaml", "--set", "partition.num_parts=2", "--set",
           "dataset.path=nowhere.npz"],
-         "error: bad.yaml: dataset.path: dataset 'synthetic' does not read it (only file, csv, "
+         "error: --set dataset.path: dataset 'synthetic' does not read it (only file, csv, "
          "ogb, chunked, fields do); remove it or set dataset.name, got 'nowhere.npz'"),
     ]
     assert bad.exists()
@@ -264,7 +273,7 @@ def test_moved_keys_say_where_they_went(tmp_path, text, message):
 def test_cross_field_rules(sets, message):
     with pytest.raises(ConfigError) as err:
         cfgmod.load(None, sets)
-    assert str(err.value) == f"<defaults>: {message}"
+    assert str(err.value) == blamed(sets, message)
 
 
 def test_process_count_has_one_home_per_mode():
@@ -374,7 +383,7 @@ def test_unreadable_config_is_one_line(tmp_path):
 def test_dataset_inputs_only_where_read(sets, message):
     with pytest.raises(ConfigError) as err:
         cfgmod.load(None, sets)
-    assert str(err.value) == f"<defaults>: {message}"
+    assert str(err.value) == blamed(sets, message)
 
 
 def test_file_dataset_settings_accepted():

@@ -18,7 +18,7 @@ import yaml
 from dsgraph.config.checks import cross_check
 from dsgraph.config.limits import clip, quote_key, short_repr
 from dsgraph.config.schema import build_section, migrate_moved_keys, reference_rows
-from dsgraph.config.sources import format_rows, resolved_rows
+from dsgraph.config.sources import blame_set, format_rows, resolved_rows
 from dsgraph.config.yamlfile import YamlRefused, load_text, read_yaml
 from dsgraph.config.modes import PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
 from dsgraph.config.sections import (
@@ -126,7 +126,10 @@ def load(path: str | os.PathLike | None, overrides: list[str] | tuple[str, ...] 
                               f"got {type(data).__name__}")
     for text in overrides:
         _apply_override(data, text)
-    return from_dict(data, src, resolved)
+    try:
+        return from_dict(data, src, resolved)
+    except ConfigError as exc:  # a value --set gave is named as the --set's, not the file's
+        raise blame_set(exc, src, [parse_override(t)[0] for t in overrides]) from None
 
 
 def resolved_with_sources(path: str | os.PathLike | None,

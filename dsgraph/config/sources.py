@@ -8,6 +8,7 @@ from typing import Any, Iterator, Sequence
 import yaml
 
 from dsgraph.config.yamlfile import read_yaml
+from dsgraph.errors import ConfigError
 
 DEFAULT = "default"
 SET = "--set"
@@ -44,6 +45,21 @@ def source_of(path: Sequence[str], yaml_data: Any, yaml_src: str | None,
     if yaml_src is not None and _in_yaml(yaml_data, path):
         return yaml_src
     return DEFAULT
+
+
+def blame_set(exc: ConfigError, src: str, set_paths: Sequence[Sequence[str]]) -> ConfigError:
+    """``exc`` (``<src>: <key>: ...``) as ``--set <key>: ...`` when ``--set`` gave that key (or a
+    mapping around it): the file did not give the value, so naming the file would mislead."""
+    text = str(exc)
+    if not text.startswith(f"{src}: "):
+        return exc
+    rest = text[len(src) + 2:]
+    key = rest.split(": ", 1)[0]
+    if " " in key or "." not in key:  # not a key path: a message about the whole config
+        return exc
+    if source_of(key.split("."), None, None, set_paths) != SET:
+        return exc
+    return ConfigError(f"{SET} {rest}")
 
 
 def flow_yaml(value: Any) -> str:

@@ -14,6 +14,7 @@ how many values and characters the aliases add, and refuses past a small bound.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,6 +29,10 @@ MAX_CONFIG_BYTES = 2 ** 20  # a config is a few KiB; pure-Python PyYAML takes se
 MAX_ALIAS_VALUES = 10_000
 MAX_ALIAS_CHARS = 100_000
 MAX_INT_CHARS = 100  # an integer literal: longer ones overflow every use, or take long to read
+# YAML 1.2's float rule for exponent forms. PyYAML follows YAML 1.1, whose floats need a dot and a
+# signed exponent (1.0e-9), so 1e-9, 5E3 and 1.5e3 read as strings and "expected a number"
+# refusals. Ints stay ints: a literal with no exponent never matches this.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
 class YamlRefused(Exception):
@@ -105,6 +110,9 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+# Copied onto this class by PyYAML (SafeLoader's resolvers stay YAML 1.1's); tried after 1.1's own.
+_BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT,
+                                     list("-+0123456789."))
 
 
 class _StrictLoader(_BoundedLoader):
