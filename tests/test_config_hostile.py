@@ -280,11 +280,16 @@ def test_long_values_are_cut_in_model_errors():
         resolve("x" * 100_000)
     assert len(str(err.value)) < 300 and str(err.value).endswith("...")
     with pytest.raises(ConfigError) as err:
-        build_model("mlp", 4, 2, {"hidden": 8, "bogus": list(range(100_000))})
+        build_model("mlp", 4, 2, {"hidden": 8, "bogus" * 50_000: list(range(100_000))})
     message = str(err.value)
-    assert message.startswith("model.args: MLP(in_feats=4, num_classes=2, **{'hidden': 8, "
-                              "'bogus': [0, 1, 2, ")
-    assert "unexpected keyword argument 'bogus'" in message and len(message) < 300
+    assert message.startswith("model.args.bogusbogus") and "..." in message
+    assert "takes no argument 'bogusbogus" in message and len(message) < 400
+    with pytest.raises(ConfigError) as err:  # a value the constructor refuses: quoted cut
+        build_model("sage", 4, 2, {"hidden": 8, "aggregator": "x" * 100_000})
+    message = str(err.value)
+    assert message.startswith("model.args: GraphSAGE(in_feats=4, num_classes=2, **{'hidden': 8, "
+                              "'aggregator': 'xxx")
+    assert "..." in message and len(message) < 400
 
 
 def test_file_error_quoting_a_huge_value_stays_short(tmp_path):

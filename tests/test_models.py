@@ -79,3 +79,72 @@ def test_gcn_model_uses_the_lean_layer_and_keeps_its_state_dict_keys():
     assert isinstance(model, GCN) and all(type(m) is LeanGraphConv for m in model.layers)
     stock = torch.nn.ModuleList(dglnn.GraphConv(i, o) for i, o in [(5, 8), (8, 8), (8, 3)])
     assert set(model.layers.state_dict()) == set(stock.state_dict())
+
+
+# --- model.args a model does not take (issue 46, item 6.4) -----------------------------------
+
+SAGE_ARGS = {"hidden": 64, "num_layers": 2, "aggregator": "mean"}
+
+
+def test_args_left_from_another_model_name_the_key_not_probe_sizes():
+    from dsgraph.errors import ConfigError
+    from dsgraph.models.registry import probe_model
+    for build in (lambda: probe_model("mlp", SAGE_ARGS), lambda: build_model("mlp", 100, 40,
+                                                                            SAGE_ARGS)):
+        with pytest.raises(ConfigError) as err:
+            build()
+        assert str(err.value) == (
+            "model.args.aggregator: model.name 'mlp' (MLP) takes no argument 'aggregator'; "
+            "expected some of: hidden, num_layers, dropout (remove the keys another model took)")
+    assert isinstance(build_model("mlp", 100, 40, {"hidden": 64, "num_layers": 2}),
+                      torch.nn.Module)
+
+
+def test_the_launchers_probe_is_refused_before_any_process(tmp_path):
+    """``python -m train``'s first check (the sampled strategy's prepare) names the key."""
+    from dsgraph import config as cfgmod
+    from dsgraph.errors import ConfigError
+    from dsgraph.modes.sampled import SampledStrategy
+    cfg = cfgmod.load(None, ["model.name=mlp", "model.args={hidden: 64, aggregator: pool}",
+                             f"partition.out_dir={tmp_path / 'none'}"])
+    with pytest.raises(ConfigError, match=r"^model\.args\.aggregator: model\.name 'mlp'"):
+        SampledStrategy.prepare(cfg)
+
+
+def test_constructor_errors_quote_the_users_args_and_the_real_sizes():
+    from dsgraph.errors import ConfigError
+    from dsgraph.models.registry import probe_model
+    args = {"aggregator": "bogus", "hidden": 64}
+    with pytest.raises(ConfigError) as err:  # the probe: the user's args, no toy sizes
+        probe_model("sage", args)
+    assert str(err.value).startswith("model.args: GraphSAGE(**{'aggregator': 'bogus', "
+                                     "'hidden': 64}) raised DGLError: Invalid aggregator_type")
+    with pytest.raises(ConfigError) as err:  # built for training: the data's sizes
+        build_model("sage", 100, 40, args)
+    assert str(err.value).startswith("model.args: GraphSAGE(in_feats=100, num_classes=40, "
+                                     "**{'aggregator': 'bogus', 'hidden': 64}) raised")
+
+
+def test_sizes_from_the_data_and_widths_below_one_are_refused_by_key():
+    from dsgraph import config as cfgmod
+    from dsgraph.errors import ConfigError
+    from dsgraph.models.registry import probe_model
+    with pytest.raises(ConfigError, match=r"^model\.args\.in_feats: set from the data"):
+        probe_model("sage", {"in_feats": 8})
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(None, ["model.args.hidden=-3"])
+    assert str(err.value) == ("--set model.args.hidden: expected an integer >= 1 (model.name "
+                              "'sage'), got -3")
+    # a plug-in's widths are its own: only the ceilings apply
+    cfgmod.load(None, ["model.name=mymodels.net:Net", "model.args.hidden=-3"])
+
+
+def test_a_plugin_taking_any_keyword_takes_any_key(tmp_path, monkeypatch):
+    (tmp_path / "kw_mod.py").write_text(
+        "from torch import nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, in_feats, num_classes, **kwargs):\n"
+        "        super().__init__()\n"
+        "        self.kwargs = kwargs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert build_model("kw_mod:Net", 3, 2, {"anything": 1}).kwargs == {"anything": 1}

@@ -104,11 +104,19 @@ def check_model_args(cfg: Config, host: bool = True) -> None:
     """Width-like ``model.args`` within their ceilings; with ``host``, a built-in model's
     weights fit the memory this host has available."""
     src, args = cfg.source, cfg.model.args
+    # A built-in model takes no width below 1: refused here, not as whatever its constructor
+    # raises at the launcher's probe (which builds the model at toy widths).
+    floor = 1 if cfg.model.name in BUILTIN_ESTIMATES else None
     for key, ceiling in MODEL_ARG_LIMITS.items():
         value = args.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > ceiling:
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        if value > ceiling:
             raise ConfigError(f"{src}: model.args.{key}: expected an integer <= {ceiling}, "
                               f"got {short_repr(value)}")
+        if floor is not None and value < floor:
+            raise ConfigError(f"{src}: model.args.{key}: expected an integer >= {floor} "
+                              f"(model.name {cfg.model.name!r}), got {short_repr(value)}")
     estimate = weight_estimate(cfg) if host else None
     if estimate is None:
         return

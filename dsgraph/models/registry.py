@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from torch import nn
 
-from dsgraph.config.limits import clip, short_repr
+from dsgraph.config.limits import clip, quote_key, short_repr
 from dsgraph.errors import ConfigError
 
 # Lazy "module:attr" targets so importing the registry imports no model code.
@@ -46,21 +47,52 @@ def resolve(name: str) -> type:
 def build_model(name: str, in_feats: int, num_classes: int, args: dict[str, Any]) -> nn.Module:
     """Instantiate ``name`` as ``cls(in_feats=..., num_classes=..., **args)``."""
     cls = resolve(name)
-    try:
-        return cls(in_feats=in_feats, num_classes=num_classes, **args)
-    except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
-        raise ConfigError(f"model.args: {cls.__name__}(in_feats={in_feats}, "
-                          f"num_classes={num_classes}, **{short_repr(args)}) raised "
-                          f"{_one_line(exc)}") from None
+    check_args(name, cls, args)
+    return _construct(cls, in_feats, num_classes, args,
+                      f"in_feats={in_feats}, num_classes={num_classes}, **{short_repr(args)}")
 
 
 def probe_model(name: str, args: dict[str, Any]) -> nn.Module:
     """The model built at toy widths, for launcher-side checks of its structure (layer count,
     output layer, supported layers) before any process starts; the widths do not matter."""
+    cls = resolve(name)
+    check_args(name, cls, args)
+    built = args
     if name in BUILTIN or name in BUILTIN.values():
-        args = {**args, **{key: min(args[key], cap) for key, cap in PROBE_WIDTHS.items()
-                           if _is_int(args.get(key))}}
-    return build_model(name, 4, 2, args)
+        built = {**args, **{key: min(args[key], cap) for key, cap in PROBE_WIDTHS.items()
+                            if _is_int(args.get(key))}}
+    # the error quotes the user's args only: the probe's sizes are none the user set
+    return _construct(cls, 4, 2, built, f"**{short_repr(args)}")
+
+
+def check_args(name: str, cls: type, args: dict[str, Any]) -> None:
+    """Each key of ``model.args`` one the constructor takes: a key another model takes (left
+    from switching ``model.name``) is named, with the keys this one takes."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # no signature to read: the constructor says what is wrong
+        return
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = [k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in args:
+        if key in ("in_feats", "num_classes"):
+            raise ConfigError(f"model.args.{key}: set from the data (the features' width, the "
+                              f"task's outputs); expected it absent from model.args")
+        if not takes_any and key not in named:
+            takes = ", ".join(k for k in named if k not in ("in_feats", "num_classes"))
+            raise ConfigError(f"model.args.{quote_key(key)}: model.name {short_repr(name)} "
+                              f"({cls.__name__}) takes no argument {short_repr(key)}; expected "
+                              f"some of: {takes or 'none'} (remove the keys another model took)")
+
+
+def _construct(cls: type, in_feats: int, num_classes: int, args: dict[str, Any],
+               shown: str) -> nn.Module:
+    """``cls(in_feats, num_classes, **args)``; a failure is one line quoting ``shown``."""
+    try:
+        return cls(in_feats=in_feats, num_classes=num_classes, **args)
+    except Exception as exc:  # noqa: BLE001 - a user's constructor may raise anything
+        raise ConfigError(f"model.args: {cls.__name__}({shown}) raised "
+                          f"{_one_line(exc)}") from None
 
 
 def _is_int(value: Any) -> bool:
