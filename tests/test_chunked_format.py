@@ -240,7 +240,8 @@ def test_wrong_num_edges_per_chunk(tmp_path, edge_format):
 def test_wrong_row_total_and_shapes_of_a_node_key(tmp_path):
     c = _folder(tmp_path)
     np.save(c / "node_data/feat-1.npy", np.zeros((49, 4), np.float32))
-    _one_line_error(_load(c), "node_data._N.feat", "99 rows", "expected 100")
+    msg = _one_line_error(_load(c), "node_data._N.feat", "49 rows", "expected 50", "chunk 1")
+    assert msg.startswith(f"{c / 'node_data/feat-1.npy'}: holds 49 rows"), msg  # the file first
     np.save(c / "node_data/feat-1.npy", np.zeros((50, 5), np.float32))
     _one_line_error(_load(c), "feat-1.npy", "(5,)", "(4,)")
     np.save(c / "node_data/feat-1.npy", np.array([["a"] * 4] * 50))
@@ -256,6 +257,18 @@ def test_wrong_row_total_and_shapes_of_a_node_key(tmp_path):
         {"shape": "__import__('os').getcwd()"})  # parsed as a literal, never evaluated
     pq.write_table(code, c2 / "node_data/label-1.parquet")
     _one_line_error(_load(c2), "label-1.parquet", "schema entry 'shape'")
+
+
+def test_a_short_node_data_file_is_named_where_the_files_do_not_follow_the_chunks(tmp_path):
+    c = _folder(tmp_path)
+    feat = np.load(c / "node_data/feat-0.npy")
+    np.save(c / "node_data/feat-0.npy", feat[:-1])  # also off its chunk: which is short, unknown
+    np.save(c / "node_data/feat-1.npy", np.zeros((52, 4), np.float32))
+    msg = _one_line_error(_load(c), "node_data._N.feat", "101 rows (49 + 52)", "expected 100")
+    assert msg.startswith(f"{c / 'node_data/feat-1.npy'}: the last of its 2 files"), msg
+    _edit(c, lambda m: m["node_data"]["_N"]["feat"].update(data=["node_data/feat-0.npy"]))
+    msg = _one_line_error(_load(c), "expected 100")
+    assert msg.startswith(f"{c / 'node_data/feat-0.npy'}: its only file"), msg
 
 
 def test_wrong_edge_dtypes_and_garbage(tmp_path):

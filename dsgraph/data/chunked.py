@@ -233,12 +233,28 @@ class MetadataParser:
                                     f"{info.dtype}, expected {first.row_shape} and {first.dtype} "
                                     f"as in {files[0].path.name} ({where})")
                 files.append(NodeFile(path, fmt, info, layout))
-            total = sum(f.info.rows for f in files)
-            if total != num_nodes:
-                raise self.fail(where, f"its files hold {total} rows, expected {num_nodes} "
-                                       f"(the sum of num_nodes_per_chunk)")
+            if sum(f.info.rows for f in files) != num_nodes:
+                raise self.short_file(where, files, ntype, num_nodes)
             keys[key] = files
         return keys
+
+    def short_file(self, where: str, files: list[NodeFile], ntype: str,
+                   num_nodes: int) -> DataError:
+        """The error for a key whose files do not hold ``num_nodes`` rows, naming the file: the
+        one file off its chunk's count where the files follow the chunks, else the last one."""
+        rows = [f.info.rows for f in files]
+        chunks = self.counts("num_nodes_per_chunk", self.names("node_type"))[
+            self.names("node_type").index(ntype)]
+        off = [i for i, (r, c) in enumerate(zip(rows, chunks)) if r != c]
+        if len(rows) == len(chunks) and len(off) == 1:
+            i = off[0]
+            return DataError(f"{files[i].path}: holds {rows[i]} rows, expected {chunks[i]} "
+                             f"(chunk {i} of num_nodes_per_chunk; {self.meta_path} {where})")
+        which = "its only file" if len(files) == 1 else f"the last of its {len(files)} files"
+        each = " + ".join(map(str, rows[:8])) + (" + ..." if len(rows) > 8 else "")
+        return DataError(f"{files[-1].path}: {which} ({self.meta_path} {where}): the files hold "
+                         f"{sum(rows)} rows ({each}), expected {num_nodes} (the sum of "
+                         f"num_nodes_per_chunk)")
 
     def graph(self, block_bytes: int) -> "ChunkedGraph":
         """The folder as a :class:`ChunkedGraph` (one node type, one edge type)."""
