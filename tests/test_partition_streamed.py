@@ -144,3 +144,68 @@ def test_streamed_pipeline_refusals(source, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert f"{bad}: node_data has no 'label'" in r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def _small_folder(folder: Path) -> Path:
+    """A 600-node chunked folder (csv edges, 4 edge chunks) to break."""
+    g = generate(DatasetConfig(num_nodes=600, feat_dim=4, num_classes=3, avg_degree=6))
+    write_graph_chunks(InMemoryChunks(g, chunk_rows=1000), folder, edge_format="csv")
+    return folder
+
+
+def _break_val_mask(folder: Path) -> Path:
+    """A val_mask value 2: read by the dispatch's last step only (the assignment reads edges and
+    train_mask), so the run fails with the assignment saved and the parts sorted."""
+    path = folder / "node_data" / "val_mask-0.npy"
+    mask = np.load(path).astype(np.uint8)
+    mask[-1] = 2
+    np.save(path, mask)
+    return path
+
+
+def _break_last_edge_chunk(folder: Path) -> Path:
+    """An edge id past the nodes in the last edge chunk: found while the assignment reads it."""
+    path = folder / "edges" / "edges-3.csv"
+    lines = path.read_text().splitlines()
+    lines[-1] = "0,600"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("break_input, words", [
+    (_break_val_mask, "mask 'val_mask' holds values other than 0/1"),
+    (_break_last_edge_chunk, "600"),
+])
+def test_a_failed_streamed_partition_leaves_nothing_behind(tmp_path, break_input, words):
+    folder = _small_folder(tmp_path / "input" / "g")
+    bad = break_input(folder)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("the user's")
+    out = home / "new" / "parts"  # its parent too is made by the run
+    r = _partition(_sets(folder, out, num_parts=2, pipeline="streamed"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {bad}") and words in r.stderr, r.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]  # no .parts.work, no new/
+
+
+def test_a_crash_keeps_only_resumable_work(tmp_path, monkeypatch):
+    """Not a user error (here a crash after the route step): the finished steps stay for a
+    rerun, and the run says so; a crash before any finished step leaves nothing."""
+    from dsgraph.partition import streamed
+    folder = _small_folder(tmp_path / "g")
+    out = tmp_path / "home" / "parts"
+    r = _partition(_sets(folder, out, num_parts=2), env={"DSGRAPH_DISPATCH_FAIL_AFTER": "route"})
+    assert r.returncode != 0 and not out.exists()
+    assert f"{tmp_path / 'home' / '.parts.work'} keeps the finished steps" in r.stdout
+    assert (tmp_path / "home" / ".parts.work" / "assignment.npy").is_file()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed")
+    monkeypatch.setattr(streamed, "_assignment", crash)
+    from dsgraph.data.chunked_dataset import open_dataset
+    cfg = config_mod.load(None, [s for s in _sets(folder, out, num_parts=2) if s != "--set"])
+    out2 = tmp_path / "other" / "deeper" / "parts"
+    with pytest.raises(RuntimeError, match="killed"):
+        streamed.partition_streamed(open_dataset(cfg.dataset), cfg.partition, out2)
+    assert not (tmp_path / "other").exists()

@@ -11,7 +11,10 @@ Steps, each leaving its result in a work folder beside the output (``.<out>.work
    routed to their parts by ``partition.workers`` processes; the part files are written into a
    temporary folder renamed into place. Its own steps resume likewise.
 
-The work folder is removed once the partitions are in place.
+The work folder is removed once the partitions are in place, and when partitioning fails on a
+user error (bad input, found however late: fixing it changes what the steps would make). Another
+failure (a crash, Ctrl-C, a full disk) keeps it only if it holds a finished step to resume from;
+folders the run created for it are removed with it, so a failed run leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dsgraph.data.chunks import GraphChunks
+from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_with
 from dsgraph.partition.integrity import config_fingerprint
 
@@ -42,16 +46,36 @@ def partition_streamed(graph: GraphChunks, p: Any, out: Path, *, force: bool = F
     """Partition ``graph`` as the partition config section ``p`` says; return the JSON path."""
     t0 = time.perf_counter()
     work = work_dir_for(out)
+    created = [d for d in (work, *work.parents) if not d.exists()]  # innermost first
     work.mkdir(parents=True, exist_ok=True)
-    assign, info = _assignment(graph, p, work, source)
-    from dsgraph.partition.dispatch import dispatch_partitions
-    stats = {"source": source, "pipeline": "streamed", "assignment": info,
-             "wall_s": time.perf_counter() - t0}
-    path = dispatch_partitions(graph, assign, out, p.graph_name, halo_hops=p.halo_hops,
-                               method=p.method, workers=p.workers, force=force, stats=stats,
-                               source=source, work_dir=work / "dispatch")
+    try:
+        assign, info = _assignment(graph, p, work, source)
+        from dsgraph.partition.dispatch import dispatch_partitions
+        stats = {"source": source, "pipeline": "streamed", "assignment": info,
+                 "wall_s": time.perf_counter() - t0}
+        path = dispatch_partitions(graph, assign, out, p.graph_name, halo_hops=p.halo_hops,
+                                   method=p.method, workers=p.workers, force=force, stats=stats,
+                                   source=source, work_dir=work / "dispatch")
+    except BaseException as exc:
+        _after_failure(work, created, resumable=not isinstance(exc, UserError))
+        raise
     shutil.rmtree(work, ignore_errors=True)
     return path
+
+
+def _after_failure(work: Path, created: list[Path], resumable: bool) -> None:
+    """Remove ``work`` unless ``resumable`` and it holds a finished step's file, then the
+    folders in ``created`` (made for it) that are left empty."""
+    if resumable and any(f.is_file() for f in work.rglob("*")):
+        print(f"partition: {work} keeps the finished steps; a rerun with the same inputs "
+              f"resumes from them (delete it to start over)", flush=True)
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    for folder in created[1:]:
+        try:
+            folder.rmdir()  # only if empty: the output folder or a user's file may be there now
+        except OSError:
+            break
 
 
 def _assignment(graph: GraphChunks, p: Any, work: Path, source: dict | None
