@@ -14,12 +14,14 @@ from torch import nn
 
 from dsgraph import dist
 from dsgraph.errors import DataError
-from dsgraph.models.gnn import capture_layer_input
+from dsgraph.models.gnn import SRC_OUT_DEGREES, capture_layer_input
 from dsgraph.tasks import Task
 from dsgraph.tasks.evaluation import split_figures
 
 # Rows per pull when one trainer reads a whole DistTensor (bounds each RPC message).
 _READ_ROWS = 1 << 16
+# Edges per find_edges request when counting out-degrees (bounds the endpoint arrays).
+_DEGREE_EDGES = 1 << 20
 
 
 def all_nodes(g) -> torch.Tensor:
@@ -34,6 +36,23 @@ def all_nodes(g) -> torch.Tensor:
     """
     return dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool),
                                       g.get_partition_book(), force_even=False)
+
+
+def out_degrees(g) -> torch.Tensor:
+    """Every node's out-degree in the whole graph (collective: each trainer counts the sources
+    of its share of its partition's edges, then the counts are summed).
+
+    ``DistGraph.out_degrees`` counts only the edges stored in the node's own partition: DGL
+    stores an edge with its destination's partition, so it misses edges into other partitions
+    and, with 2-hop halos, counts edges among halo nodes.
+    """
+    mine = dgl.distributed.edge_split(torch.ones(g.num_edges(), dtype=torch.bool),
+                                      g.get_partition_book(), force_even=False)
+    degrees = torch.zeros(g.num_nodes(), dtype=torch.int64)
+    for a in range(0, mine.numel(), _DEGREE_EDGES):
+        src, _ = g.find_edges(mine[a:a + _DEGREE_EDGES])
+        degrees.index_add_(0, src, torch.ones_like(src))
+    return dist.all_sum_(degrees)
 
 
 def _stream(g, batches: Iterator[tuple[torch.Tensor, ...]], sinks: int) -> list[DistTensor]:
@@ -69,9 +88,15 @@ def layerwise_outputs(model: nn.Module, g, batch_size: int, hidden: bool = False
     everyone = all_nodes(g)
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(1)
     h_in, last_in = g.ndata["feat"], None
+    degrees = out_degrees(g)
+
+    def layer(i: int, in_nodes: torch.Tensor, block) -> torch.Tensor:
+        block.srcdata[SRC_OUT_DEGREES] = degrees[in_nodes]  # the graph's, not the batch's
+        return model.forward_layer(i, block, h_in[in_nodes])
+
     for i in range(model.num_layers):
         loader = DistNodeDataLoader(g, everyone, sampler, batch_size=batch_size, shuffle=False)
-        h_out, = _stream(g, ((out_nodes, model.forward_layer(i, blocks[0], h_in[in_nodes]))
+        h_out, = _stream(g, ((out_nodes, layer(i, in_nodes, blocks[0]))
                              for in_nodes, out_nodes, blocks in loader), 1)
         dist.barrier()  # every share written before anyone reads this layer
         if hidden and i == model.num_layers - 1:

@@ -9,18 +9,30 @@ mini-batches, per cached byte, fill it (:meth:`HeteroInputs.fill_caches`).
 
 The embeddings are DGL ``DistEmbedding`` tables (one per featureless type, rows partitioned like
 the type's nodes), updated sparsely by DGL's distributed ``SparseAdam`` as DGL's distributed
-RGCN example does: a trainer never holds a whole table. They are part of the model's state
-(:meth:`HeteroInputs.get_extra_state`) so a checkpoint, a resumed run and ``python -m predict``
-see the trained rows; the sparse optimizer's moments are not checkpointed.
+RGCN example does: a trainer never holds a whole table. Their initial rows are a function of
+``train.seed``, the type and the node's original id (:func:`seeded_rows`), written by the
+trainers of the owning partition: the same seed starts every run, on any partitioning, from the
+same table (DGL's own initialiser runs unseeded in the servers). They are part of the model's
+state (:meth:`HeteroInputs.get_extra_state`) so a checkpoint, a resumed run and
+``python -m predict`` see the trained rows; the sparse optimizer's moments are not checkpointed.
+
+Every write here is to rows the writer's own partition owns (shared memory of its machine,
+applied before the call returns); a push to another machine's rows would only be sent, not
+applied, when the call returns (DGL's ``KVClient.push``). Readers on other trainers are ordered
+after the writers by a collective barrier: :meth:`HeteroInputs.seed_tables` and
+:meth:`HeteroInputs.set_extra_state` end with one.
 """
 from __future__ import annotations
 
+import zlib
 from typing import Any, Iterable, Optional
 
 import dgl
+import numpy as np
 import torch
 from torch import nn
 
+from dsgraph import dist
 from dsgraph.distgraph.budget import cache_row_bytes
 from dsgraph.distgraph.features import CachedFeatures
 from dsgraph.remat import HeteroRematBlock
@@ -29,9 +41,33 @@ from dsgraph.remat import HeteroRematBlock
 STATE_CHUNK_ROWS = 1 << 18
 
 
-def init_embedding(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
-    """DistEmbedding initialiser: uniform in [-1, 1], as DGL's RGCN example initialises them."""
-    return torch.empty(shape, dtype=dtype).uniform_(-1.0, 1.0)
+# Rows drawn per pass when the trainers write a table's initial rows (bounds the hash's arrays).
+SEED_CHUNK_ROWS = 1 << 14
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of uint64 whose outputs look independent."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def seeded_rows(seed: int, ntype: str, orig_ids: torch.Tensor, dim: int) -> torch.Tensor:
+    """Initial embedding rows of nodes ``orig_ids`` of ``ntype``: uniform in [-1, 1) (as DGL's
+    RGCN example initialises them), each value a hash of (seed, type, original id, column), so
+    a row does not depend on which trainer writes it or how the graph is partitioned."""
+    key = _mix(np.array([seed & (2**64 - 1)], dtype=np.uint64)
+               ^ np.uint64(zlib.crc32(ntype.encode())))
+    ids = orig_ids.numpy().astype(np.uint64)[:, None] * np.uint64(dim) \
+        + np.arange(dim, dtype=np.uint64)[None, :]
+    bits = _mix(key + (ids + np.uint64(1)) * _GOLDEN) >> np.uint64(11)  # 53 random bits
+    return torch.from_numpy(bits.astype(np.float64) * 2.0 ** -52 - 1.0).float()
+
+
+def _zeros(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """DistEmbedding's server-side initialiser: zeros (the trainers write the seeded rows)."""
+    return torch.zeros(shape, dtype=dtype)
 
 
 class HeteroInputs(nn.Module):
@@ -44,9 +80,22 @@ class HeteroInputs(nn.Module):
                          if "feat" in g.nodes[t].data}
         self.embeddings = {
             t: dgl.distributed.DistEmbedding(g.num_nodes(t), embedding_dim, name=f"embed-{t}",
-                                             init_func=init_embedding,
+                                             init_func=_zeros,
                                              part_policy=g.get_node_partition_policy(t))
             for t in g.ntypes if t not in self.features}
+
+    def seed_tables(self, seed: int) -> None:
+        """Write the initial rows (:func:`seeded_rows`) of this partition's nodes into every
+        embedding table, then wait until every partition's are written (collective)."""
+        pb = self.g.get_partition_book()
+        for t, emb in self.embeddings.items():
+            ids = pb.partid2nids(pb.partid, t)
+            orig = self.g.nodes[t].data["orig_id"] if "orig_id" in self.g.nodes[t].data else None
+            for i in range(0, ids.numel(), SEED_CHUNK_ROWS):
+                chunk = ids[i:i + SEED_CHUNK_ROWS]
+                keys = orig[chunk].to(torch.int64) if orig is not None else chunk
+                emb.weight[chunk] = seeded_rows(seed, t, keys, emb.embedding_dim)
+        dist.barrier()  # every partition's rows written before any trainer reads one
 
     @property
     def widths(self) -> dict[str, int]:
@@ -136,7 +185,8 @@ class HeteroInputs(nn.Module):
 
     def set_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         """Write this trainer's partition's rows of every table back to the servers (every
-        partition's trainers write their own, so the whole table is restored)."""
+        partition's trainers write their own, so the whole table is restored), then wait until
+        every partition's are (collective: a trainer reads other partitions' rows next)."""
         pb = self.g.get_partition_book()
         for t, emb in self.embeddings.items():
             rows = state[t]
@@ -148,6 +198,7 @@ class HeteroInputs(nn.Module):
             for i in range(0, ids.numel(), STATE_CHUNK_ROWS):
                 chunk = ids[i:i + STATE_CHUNK_ROWS]
                 emb.weight[chunk] = rows[chunk]
+        dist.barrier()  # the restored table complete before any trainer reads from it
 
 
 class HeteroNet(nn.Module):

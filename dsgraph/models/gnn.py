@@ -82,6 +82,13 @@ class GCN(StackedGNN):
                           for i, o in _dims(in_feats, hidden, num_classes, num_layers)], dropout)
 
 
+# A block's sources' out-degrees in the whole graph, where exact inference provides them
+# (:func:`dsgraph.distgraph.evaluate.layerwise_outputs`). A block's own out-degrees count only
+# the edges into its destinations, so with them a node's output would depend on which nodes
+# share its batch; training on sampled blocks keeps the block's own, as DGL's GraphConv does.
+SRC_OUT_DEGREES = "_src_out_degrees"
+
+
 class LeanGraphConv(dglnn.GraphConv):
     """``dgl.nn.GraphConv`` whose forward on DGL graphs and blocks holds fewer node-sized
     tensors at once.
@@ -97,14 +104,17 @@ class LeanGraphConv(dglnn.GraphConv):
     """
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
-        """As ``GraphConv.forward``; the lean path for a DGL graph and one feature tensor."""
+        """As ``GraphConv.forward``; the lean path for a DGL graph and one feature tensor (its
+        sources' out-degrees from ``srcdata[SRC_OUT_DEGREES]`` when the graph carries them)."""
         if not isinstance(graph, dgl.DGLGraph) or not isinstance(feat, torch.Tensor) \
                 or weight is not None or edge_weight is not None \
                 or not self._allow_zero_in_degree:
             return super().forward(graph, feat, weight, edge_weight)
         h = feat
         if self._norm in ("left", "both"):
-            h = h * _degree_factor(graph.out_degrees(), self._norm, h)
+            degrees = graph.srcdata[SRC_OUT_DEGREES] if SRC_OUT_DEGREES in graph.srcdata \
+                else graph.out_degrees()
+            h = h * _degree_factor(degrees, self._norm, h)
         if self.weight is not None and self._in_feats > self._out_feats:
             h = dgl.ops.copy_u_sum(graph, h @ self.weight)  # aggregate the narrower side
         else:

@@ -118,6 +118,7 @@ class HeteroSampledStrategy(DistGraphStrategy):
         self.fanouts = layer_fanouts(self.cfg, g.canonical_etypes)
         self.sampler = dgl.dataloading.NeighborSampler(self.fanouts)
         inputs = HeteroInputs(g, self.cfg.sampled.embedding_dim)
+        inputs.seed_tables(self.cfg.train.seed)
         s = self.cfg.sampled
         budget = feature_budget_bytes(s.feature_memory_mb, inputs.own_feature_bytes(), 1,
                                       self.cfg.cluster.trainers_per_machine)
@@ -235,13 +236,16 @@ class HeteroSampledStrategy(DistGraphStrategy):
             raise ConfigError(f"{self.cfg.source}: --embeddings: not available for "
                               f"heterogeneous graphs yet")
         t, n = self.target, self.g.num_nodes(self.target)
+        # Nodes this machine's partition owns: their rows of the shared table are in this
+        # machine's memory, written before the barrier returns (another machine's rows would
+        # be pushes DGL sends without waiting for them to land; see evaluate.all_nodes).
         mine = dgl.distributed.node_split(torch.ones(n, dtype=torch.bool), self.pb, ntype=t,
-                                          force_even=True)
+                                          force_even=False)
         logits = self.outputs(trainer.model, mine)
         sink = dgl.distributed.DistTensor((n, logits.shape[1]), logits.dtype, name="predict-out",
                                           part_policy=self.g.get_node_partition_policy(t))
         sink[mine] = logits
-        dist.barrier()
+        dist.barrier()  # every partition's rows written before rank 0 reads them
         out = None
         if trainer.rank == 0:
             out = self.task.outputs(read_all(sink), {
