@@ -322,3 +322,41 @@ train: {{mode: sampled}}
         assert np.array_equal(stored["val_neg_pairs"], neg)
     stats = json.loads((tmp_path / "parts" / "partition_stats.json").read_text())
     assert stats["num_nodes"] == N and stats["num_edges"] == 2 * 140
+
+
+# --- a CSV folder with no labels and no masks (issue 46, items 6.2 and 6.3) -----------------
+
+def write_plain_csv(folder: Path, seed: int = 4) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A DGL CSV folder of ``node_id`` and ``feat`` only (no label, no masks) and plain edges
+    (no edge masks); its node ids (scrambled, negative ones too) and its edges in those ids."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(np.arange(-40, 7 * N - 40, 7))[:N]  # distinct, in no order
+    pd.DataFrame({"node_id": ids,
+                  "feat": [", ".join(map(str, r)) for r in rng.standard_normal((N, F))]}
+                 ).to_csv(folder / "nodes.csv", index=False)
+    pairs = np.concatenate([_pairs(seed)[k] for k in ("train", "val", "test")])
+    edges = ids[pairs]
+    pd.DataFrame({"src_id": edges[:, 0], "dst_id": edges[:, 1]}).to_csv(folder / "edges.csv",
+                                                                        index=False)
+    (folder / "meta.yaml").write_text("dataset_name: plain\nedge_data:\n- file_name: edges.csv\n"
+                                      "node_data:\n- file_name: nodes.csv\n")
+    return folder, ids, edges
+
+
+def test_csv_without_labels_or_masks_loads_for_link_prediction_only(tmp_path):
+    folder, ids, _ = write_plain_csv(tmp_path / "plain")
+    cfg = DatasetConfig(name="csv", path=str(folder), cache_dir=str(tmp_path / "c"))
+    g = load_graph(cfg, "link_prediction")
+    assert g.num_nodes() == N and g.num_edges() == 200
+    assert bool(g.ndata["train_mask"].all()) and not bool(g.ndata["val_mask"].any())
+    assert not bool(g.ndata["test_mask"].any()) and not bool(g.ndata["label"].any())
+    from dsgraph.data.csv_dataset import user_node_ids
+    assert np.array_equal(user_node_ids(g)["_N"], np.sort(ids))  # DGL numbers by sorted id
+    with pytest.raises(DataError, match=r"nodes.csv: missing node column 'label' \(found "
+                                        r"feat\)"):  # a node task still needs its labels
+        load_graph(cfg, "node_classification")
+    # a regression target's placeholder too; dataset.split (unused by links) still draws masks
+    g = load_graph(DatasetConfig(name="csv", path=str(folder), cache_dir=str(tmp_path / "c"),
+                                 target="regression", split=[0.5, 0.2, 0.3]), "link_prediction")
+    assert g.ndata["label"].shape == (N, 1) and int(g.ndata["val_mask"].sum()) == 16

@@ -207,6 +207,16 @@ def resolve_masks(where: Mapping[str, str], nd: dict[str, np.ndarray], n: int,
     return masks
 
 
+def link_placeholder_masks(nd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``nd`` with the node masks of a graph for link prediction, which reads none: the file's
+    when it gives any, else every node in ``train_mask`` (as OGB link folders get them)."""
+    if any(k in nd for k in MASKS):
+        return nd
+    n = len(nd["feat"])
+    return {**nd, "train_mask": np.ones(n, bool), "val_mask": np.zeros(n, bool),
+            "test_mask": np.zeros(n, bool)}
+
+
 def with_reverse_edges(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The edge list followed by every edge reversed (as OGB's ``add_inverse_edge`` does)."""
     return np.concatenate([src, dst]), np.concatenate([dst, src])

@@ -2,7 +2,8 @@
 
 One homogeneous graph: one ``node_data`` and one ``edge_data`` entry in ``meta.yaml`` and at most
 one graph id. Node columns ``feat`` (a quoted list of numbers per row, as DGL's format writes
-vectors) and ``label`` are required, ``train_mask`` / ``val_mask`` / ``test_mask`` optional (all
+vectors) and ``label`` are required (link prediction: ``feat`` only, and no masks or split: it
+reads neither), ``train_mask`` / ``val_mask`` / ``test_mask`` optional (all
 three, or none and ``dataset.split``); an empty or NaN ``label`` cell marks an unlabelled node
 (label -1 here), which no mask holds. ``label`` holds what ``dataset.target`` says: a class id,
 or (``regression``, ``multilabel``) a number or a quoted list of numbers per row, one per target
@@ -38,7 +39,8 @@ import pandas as pd
 import yaml
 from dgl.data import CSVDataset
 
-from dsgraph.data.arrays import MASKS, Sources, finish, label_columns, short_error, user_path
+from dsgraph.data.arrays import (MASKS, Sources, finish, label_columns, link_placeholder_masks,
+                                 short_error, user_path)
 from dsgraph.data.link_split import GivenSplit, attach_given_split
 from dsgraph.config.limits import short_repr
 from dsgraph.errors import DataError, StorageError
@@ -160,12 +162,14 @@ class _CachedCSVDataset(CSVDataset):
 
 def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLike = "data",
                      split: Optional[Sequence[float]] = None, seed: int = 0,
-                     reverse_edges: bool = False, target: str = "class") -> dgl.DGLGraph:
+                     reverse_edges: bool = False, target: str = "class", link: bool = False
+                     ) -> dgl.DGLGraph:
     """Read and check a DGL CSV dataset folder; return the DGLGraph (ndata feat, label, masks).
 
     ``split`` (train, val, test fractions, drawn with ``seed`` among labelled nodes) replaces the
     file's masks and is required when it has none; ``reverse_edges`` appends every edge reversed;
-    ``target`` is what ``label`` holds (``dataset.target``).
+    ``target`` is what ``label`` holds (``dataset.target``). ``link`` (link prediction, which
+    reads no node labels or masks): a missing ``label`` or missing masks get placeholders.
     """
     folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
     node_file, edge_file, names, meta = _check_meta(folder)
@@ -177,7 +181,9 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
                               f"which {node_file} does not list"))
     where = Sources(str(folder / node_file), src=str(folder / edge_file),
                     dst=str(folder / edge_file))
-    src, dst, nd = _arrays(g, where, target)
+    src, dst, nd = _arrays(g, where, target, link)
+    if link and split is None:
+        nd = link_placeholder_masks(nd)
     out = finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
                  target=target)
     given = _edge_split(g, str(folder / edge_file), src, dst)
@@ -339,23 +345,24 @@ def listed_files(folder: Path, meta: dict, names: list[str]) -> list[str]:
     return names
 
 
-def _arrays(g: dgl.DGLGraph, where: Sources, target: str = "class"
+def _arrays(g: dgl.DGLGraph, where: Sources, target: str = "class", link: bool = False
             ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Edge lists and node columns of the parsed graph; ``label`` as ``target`` reads it (class
-    ids, -1 unlabelled; targets or 0/1 labels, a column each)."""
+    ids, -1 unlabelled; targets or 0/1 labels, a column each); ``link``: a missing ``label``
+    is a placeholder (zeros)."""
     if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
         raise DataError(f"{where.default}: expected a homogeneous graph (one node and one edge "
                         f"type), got {len(g.ntypes)} node types and {len(g.canonical_etypes)} "
                         f"edge types")
     found = sorted(g.ndata.keys())
-    for key in ("feat", "label"):
+    for key in ("feat",) if link else ("feat", "label"):
         if key not in g.ndata:
             raise DataError(f"{where.default}: missing node column {key!r} (found "
                             f"{', '.join(found) or 'none'})")
     nd = {k: g.ndata[k].numpy() for k in ("feat", "label", *MASKS) if k in g.ndata}
     if nd["feat"].ndim == 1:  # one number per row: a single feature column
         nd["feat"] = nd["feat"][:, None]
-    label = nd["label"]
+    label = nd.get("label", np.zeros(g.num_nodes()))  # link prediction reads no labels
     nd["label"] = label_columns(where["label"], label[:, None] if label.ndim == 1 else label,
                                 target)
     src, dst = (t.numpy() for t in g.edges())

@@ -75,7 +75,8 @@ def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DG
         return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
     reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
     if cfg.name == "csv":
-        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target)
+        return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target,
+                                link=task == "link_prediction")
     return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
 
 
