@@ -360,3 +360,34 @@ def test_csv_without_labels_or_masks_loads_for_link_prediction_only(tmp_path):
     g = load_graph(DatasetConfig(name="csv", path=str(folder), cache_dir=str(tmp_path / "c"),
                                  target="regression", split=[0.5, 0.2, 0.3]), "link_prediction")
     assert g.ndata["label"].shape == (N, 1) and int(g.ndata["val_mask"].sum()) == 16
+
+
+@pytest.mark.timeout(200)
+def test_partition_cli_splits_a_plain_csv_and_stores_the_pairs_in_its_node_ids(tmp_path):
+    folder, ids, edges = write_plain_csv(tmp_path / "plain")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"""
+dataset: {{name: csv, path: {folder}, cache_dir: {tmp_path}/c}}
+task: {{name: link_prediction}}
+partition: {{num_parts: 2, method: random, out_dir: {tmp_path}/parts}}
+""")
+    r = _cli(cfg, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "edge split: train 170, val 10, test 20 undirected edges" in r.stdout, r.stdout
+    parts = tmp_path / "parts"
+    meta = json.loads((parts / "graph.json").read_text())
+    with np.load(parts / meta["link_split"]) as stored, np.load(parts / "user_node_ids.npz") as u:
+        assert sorted(stored.files) == ["test", "test_ids", "train", "train_ids", "val",
+                                        "val_ids"]
+        user = u["_N"]
+        given = set(map(tuple, edges.tolist())) | set(map(tuple, edges[:, ::-1].tolist()))
+        for k in ("train", "val", "test"):
+            pos, named = stored[k], stored[f"{k}_ids"]
+            assert pos.shape == named.shape and (pos[:, 0] < pos[:, 1]).all()
+            assert np.array_equal(named, user[pos])  # the same pairs, in the folder's ids
+            assert set(map(tuple, named.tolist())) <= given  # each one an edge of edges.csv
+        held = np.concatenate([stored["val_ids"], stored["test_ids"], stored["train_ids"]])
+        assert len({tuple(sorted(p)) for p in held.tolist()}) == 200  # every pair, once
+    from dsgraph.config import load
+    from dsgraph.partition.integrity import verify_partitions
+    verify_partitions(parts / "graph.json", load(cfg))  # what every trainer checks first

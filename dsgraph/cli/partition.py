@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     link_split = None
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
         g, link_split = edge_split(g, cfg)
+        if user_ids is not None:  # the pairs in the ids predictions and --pairs speak, too
+            from dsgraph.data.link_split import with_user_ids
+            link_split = with_user_ids(link_split, next(iter(user_ids.values())))
     print(f"partitioning into {p.num_parts} parts with {p.method} ...", flush=True)
     # a heterogeneous graph gets DGL's typed partition format (type-wise id ranges)
     write = partition_hetero_graph if is_hetero(g) else partial(partition_graph,

@@ -4,7 +4,9 @@ and test edges removed from the graph that message passing sees (no leakage).
 The split is over undirected node pairs: an edge (u, v) and its reverse (v, u) always land in the
 same split, so a held-out edge cannot leak through its reverse. The training edges are the
 edges left in the graph (both directions where the input has both); the held-out pairs are
-kept as arrays of original node ids, (src, dst) with src < dst, one row per pair.
+kept as arrays of original node ids, (src, dst) with src < dst, one row per pair; where the
+dataset has ids of its own (a CSV folder's ``node_id``), the same pairs in those ids beside them
+(:func:`with_user_ids`).
 
 A dataset may ship its own split (:class:`GivenSplit`: OGB link folders, a DGL CSV folder's edge
 masks); :func:`apply_given_split` then uses it instead of drawing one.
@@ -59,6 +61,13 @@ def split_edges(g: dgl.DGLGraph, fractions: Sequence[float], seed: int
         out.ndata[key] = value
     pairs = {name: np.stack([np.sort(k) // n, np.sort(k) % n], axis=1) for name, k in held.items()}
     return out, {name: pairs[name] for name in SPLITS}
+
+
+def with_user_ids(arrays: dict[str, np.ndarray], ids: np.ndarray) -> dict[str, np.ndarray]:
+    """``arrays`` (``link_split.npz``'s) plus ``<split>_ids``: each split's pairs in the user's
+    node ids (``ids[i]``: node i's id in the dataset's files, a CSV folder's ``node_id``), the
+    ids ``python -m predict`` and ``--pairs`` speak; the positions stay under ``<split>``."""
+    return {**arrays, **{f"{name}_ids": ids[arrays[name]] for name in SPLITS}}
 
 
 def check_no_leak(g: dgl.DGLGraph, pairs: np.ndarray) -> int:
