@@ -23,6 +23,14 @@ client listens right after registering, and DGL's own connect step retries a ref
 so ``apply`` caps the sleeps of ``rpc_server`` at :data:`SERVER_CONNECT_WAIT_S`: every job start
 was 3 s slower for nothing.
 
+Server-side sampling is made reproducible: a DGL server samples a trainer's remote seed nodes
+with its own random generator, unseeded and shared by every trainer's requests in whatever
+order they arrive, so the same ``train.seed`` sampled other neighbourhoods each run. ``apply``
+seeds the generator before each sampling request from what the request asks (its seed nodes,
+fanouts and direction, :func:`request_seed`): a request's sample is a function of the request,
+and the trainer's requests are a function of ``train.seed`` (its batches, and the seed nodes
+its own partition samples locally with the trainer's seeded generator).
+
 It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
 level, which also covers spawned sampler processes (they re-import the entry module).
 """
@@ -31,7 +39,9 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from pathlib import Path
+from typing import Any, Callable
 
 from dsgraph.cluster import lifeline
 
@@ -54,6 +64,27 @@ class _ShortSleeps:
     def sleep(seconds: float) -> None:
         """Sleep ``seconds``, at most :data:`SERVER_CONNECT_WAIT_S`."""
         time.sleep(min(seconds, SERVER_CONNECT_WAIT_S))
+
+
+def request_seed(request: Any) -> int:
+    """The seed of a DGL sampling request's draw (31 bits): a checksum of its seed nodes,
+    fanouts and direction (what a trainer asks, not when it asks)."""
+    import numpy as np
+    nodes = np.ascontiguousarray(np.asarray(request.seed_nodes))
+    fanout = np.asarray(request.fan_out).tolist()  # an int, or one per edge type
+    return zlib.crc32(repr((fanout, request.edge_dir, request.replace)).encode(),
+                      zlib.crc32(nodes.tobytes())) & 0x7FFFFFFF  # dgl.seed takes a C int
+
+
+def _seeded(process: Callable) -> Callable:
+    """``process_request`` of a sampling request, the server's generator seeded first."""
+    import dgl
+
+    def process_request(self, server_state):
+        dgl.seed(request_seed(self))
+        return process(self, server_state)
+
+    return process_request
 
 
 def machine_graph_name(graph_name: str, token: str, machine: int) -> str:
@@ -89,7 +120,7 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
         raise RuntimeError(f"dgl_compat already applied with {_applied}, not {state}")
     # DGL is imported here, not at module level: importing dsgraph.cluster must not load DGL.
     from dgl._ffi import ndarray as ffi_ndarray
-    from dgl.distributed import dist_graph, kvstore, rpc_client, rpc_server
+    from dgl.distributed import dist_graph, graph_services, kvstore, rpc_client, rpc_server
 
     prefix = f"{token}m{machine}_"
 
@@ -99,6 +130,8 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
     kvstore.empty_shared_mem = empty_shared_mem
     rpc_client.get_local_machine_id = lambda server_namebook: machine
     rpc_server.time = _ShortSleeps()
+    for request in (graph_services.SamplingRequest, graph_services.SamplingRequestEtype):
+        request.process_request = _seeded(request.process_request)
 
     if graph_name is not None:
         original = dist_graph.InitGraphRequest.process_request
