@@ -23,13 +23,13 @@ client listens right after registering, and DGL's own connect step retries a ref
 so ``apply`` caps the sleeps of ``rpc_server`` at :data:`SERVER_CONNECT_WAIT_S`: every job start
 was 3 s slower for nothing.
 
-Server-side sampling is made reproducible: a DGL server samples a trainer's remote seed nodes
-with its own random generator, unseeded and shared by every trainer's requests in whatever
-order they arrive, so the same ``train.seed`` sampled other neighbourhoods each run. ``apply``
-seeds the generator before each sampling request from what the request asks (its seed nodes,
-fanouts and direction, :func:`request_seed`): a request's sample is a function of the request,
-and the trainer's requests are a function of ``train.seed`` (its batches, and the seed nodes
-its own partition samples locally with the trainer's seeded generator).
+Sampling is made reproducible: a DGL server samples a trainer's remote seed nodes with its own
+random generator, unseeded and shared by every trainer's requests in whatever order they
+arrive (and sampler processes sample their own partition's with theirs), so the same
+``train.seed`` sampled other neighbourhoods each run. ``apply`` seeds the generator before each
+draw from what is asked (the seed nodes, fanouts and direction, :func:`request_seed`), in the
+server and in the trainer or sampler process alike: a draw is a function of the request, and a
+trainer's requests are a function of ``train.seed`` (its batches).
 
 It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
 level, which also covers spawned sampler processes (they re-import the entry module).
@@ -66,25 +66,29 @@ class _ShortSleeps:
         time.sleep(min(seconds, SERVER_CONNECT_WAIT_S))
 
 
-def request_seed(request: Any) -> int:
-    """The seed of a DGL sampling request's draw (31 bits): a checksum of its seed nodes,
-    fanouts and direction (what a trainer asks, not when it asks)."""
+def request_seed(seed_nodes: Any, fan_out: Any, *options: Any) -> int:
+    """The seed of one neighbour-sampling draw (31 bits, as ``dgl.seed`` takes): a checksum of
+    its seed nodes, fanouts (one, or one per edge type) and options; what is asked, not when."""
     import numpy as np
-    nodes = np.ascontiguousarray(np.asarray(request.seed_nodes))
-    fanout = np.asarray(request.fan_out).tolist()  # an int, or one per edge type
-    return zlib.crc32(repr((fanout, request.edge_dir, request.replace)).encode(),
-                      zlib.crc32(nodes.tobytes())) & 0x7FFFFFFF  # dgl.seed takes a C int
+    nodes = np.ascontiguousarray(np.asarray(seed_nodes))
+    fanout = np.asarray(fan_out).tolist()
+    return zlib.crc32(repr((fanout, *options)).encode(), zlib.crc32(nodes.tobytes())) \
+        & 0x7FFFFFFF
 
 
-def _seeded(process: Callable) -> Callable:
-    """``process_request`` of a sampling request, the server's generator seeded first."""
+def _seeded(sample: Callable) -> Callable:
+    """DGL's partition-local sampling function (``graph_services._sample_neighbors`` /
+    ``_sample_etype_neighbors``: the servers' and the local partition's draws), its
+    generator seeded first by :func:`request_seed`."""
     import dgl
 
-    def process_request(self, server_state):
-        dgl.seed(request_seed(self))
-        return process(self, server_state)
+    def seeded(use_graphbolt, local_g, partition_book, seed_nodes, fan_out, *args, **kwargs):
+        dgl.seed(request_seed(seed_nodes, fan_out, kwargs.get("edge_dir"),
+                              kwargs.get("replace")))
+        return sample(use_graphbolt, local_g, partition_book, seed_nodes, fan_out, *args,
+                      **kwargs)
 
-    return process_request
+    return seeded
 
 
 def machine_graph_name(graph_name: str, token: str, machine: int) -> str:
@@ -130,8 +134,8 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
     kvstore.empty_shared_mem = empty_shared_mem
     rpc_client.get_local_machine_id = lambda server_namebook: machine
     rpc_server.time = _ShortSleeps()
-    for request in (graph_services.SamplingRequest, graph_services.SamplingRequestEtype):
-        request.process_request = _seeded(request.process_request)
+    for name in ("_sample_neighbors", "_sample_etype_neighbors"):
+        setattr(graph_services, name, _seeded(getattr(graph_services, name)))
 
     if graph_name is not None:
         original = dist_graph.InitGraphRequest.process_request
