@@ -43,6 +43,27 @@ def storage_errors(path: str | os.PathLike, what: str | None = None) -> Iterator
         raise storage_error(exc, path, what) from None
 
 
+# Less free space than this is a full device: no write of a job's file (a checkpoint, a log
+# line's new page) can be relied on.
+FULL_BYTES = 1 << 20
+
+
+def storage_fault(folder: str | os.PathLike) -> str | None:
+    """Why nothing can be written in ``folder`` (read-only, full, not writable), as
+    :func:`storage_error` says it; None where writes may succeed (or ``folder`` is gone)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    if st.f_flag & os.ST_RDONLY:
+        return _CAUSES[errno.EROFS]
+    if st.f_bavail * st.f_frsize < FULL_BYTES or (st.f_files and not st.f_favail):
+        return _CAUSES[errno.ENOSPC]
+    if not os.access(folder, os.W_OK):
+        return _CAUSES[errno.EACCES]
+    return None
+
+
 def check_free_space(folder: str | os.PathLike, needed_bytes: float, what: str) -> None:
     """Refuse early, with one line, when ``folder`` (or its nearest existing ancestor) has less
     free space than ``needed_bytes`` (an estimate of ``what``)."""
@@ -127,7 +148,9 @@ def _remove_orphans(folder: Path, pattern: str) -> list[Path]:
     writer is not alive."""
     regex = re.compile(pattern)
     removed = []
-    with contextlib.suppress(FileNotFoundError):
+    # Best effort: cleaning up runs when a job ends, also when it ends because its folder turned
+    # read-only; a failure to clean must not hide that.
+    with contextlib.suppress(OSError):
         for entry in folder.iterdir():
             match = regex.fullmatch(entry.name)
             if match is None or _running(int(match.group(1))):
@@ -135,8 +158,12 @@ def _remove_orphans(folder: Path, pattern: str) -> list[Path]:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     entry.unlink()
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
             removed.append(entry)
     return removed
 

@@ -87,14 +87,36 @@ def tee(stream, log: Path, state: dict, hush: threading.Event) -> None:
     """Copy a child's output to its log, and to our stderr less its tracebacks and chatter
     (and nothing once ``hush`` is set), until it closes."""
     tracebacks, chatter = TracebackFilter(), ChatterFilter()
-    with log.open("ab") as fh:
+    try:
+        fh = log.open("ab")
+    except OSError:
+        fh = None
+    try:
         for chunk in iter(lambda: stream.read1(65536), b""):
-            fh.write(chunk)
-            fh.flush()
+            if fh is not None:
+                try:
+                    fh.write(chunk)
+                    fh.flush()
+                except OSError:
+                    # A full or read-only run folder: the log stops, the pipe must still be
+                    # drained (else the process blocks writing) and the supervisor says why.
+                    fh = _closed(fh)
             if not hush.is_set():
                 show(chatter.feed(tracebacks.feed(chunk)), state)
         if not hush.is_set():
             show(chatter.feed(tracebacks.flush()) + chatter.flush(), state)
+    finally:
+        _closed(fh)
+
+
+def _closed(fh) -> None:
+    """Close ``fh`` (if any), whatever its unwritten buffer; None."""
+    if fh is not None:
+        try:
+            fh.close()
+        except OSError:
+            pass
+    return None
 
 
 def show(data: bytes, state: dict) -> None:

@@ -11,6 +11,7 @@ from dsgraph.cluster.launch import Launcher, gloo_env
 from dsgraph.cluster.ports import free_port_range
 from dsgraph.cluster.spec import plan_machines, write_ip_config
 from dsgraph.config import ClusterConfig
+from dsgraph.fsutil import storage_errors
 
 
 def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, trainer_module: str,
@@ -42,7 +43,9 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
             cfg_m, graph_m = Path(part_config).resolve(), meta["graph_name"]
             env_m = dict(common)
             if token is not None:
-                cfg_m = dgl_compat.machine_config(part_config, token, m.index, run_dir / "parts")
+                with storage_errors(run_dir / "parts", "the partition configs"):
+                    cfg_m = dgl_compat.machine_config(part_config, token, m.index,
+                                                      run_dir / "parts")
                 graph_m = dgl_compat.machine_graph_name(meta["graph_name"], token, m.index)
                 env_m.update({dgl_compat.ENV_MACHINE: str(m.index), dgl_compat.ENV_TOKEN: token,
                               dgl_compat.ENV_GRAPH: graph_m})

@@ -3,12 +3,16 @@
 A job process (every one that exits through :func:`dsgraph.cluster.worker.run_process_main`:
 train and predict workers, DistGraph servers) runs a daemon thread that touches the file named
 by ``DSGRAPH_HEARTBEAT`` every ``DSGRAPH_HEARTBEAT_S`` seconds (the supervisor sets both when it
-spawns the process: ``cluster.heartbeat_s / 4`` into ``logs/<name>.heartbeat``). The thread
+spawns the process: ``cluster.heartbeat_s / 4``, at most :data:`MAX_EVERY_S`, into
+``logs/<name>.heartbeat``). The thread
 beats as long as the process is scheduled and its main thread lets go of the GIL now and then
 (DGL's and torch's blocking C++ calls do, the DistGraph server's receive loop included), so a
 silent heartbeat means a process stopped or wedged while holding the GIL. A deadlocked
 collective still beats: the collective timeout (``train.collective_timeout_s``) ends that one.
-Before its first beat (while it imports) a process is judged by its state alone.
+Before its first beat (while it imports) a process is judged by its state alone. Beats come often
+(every few seconds even under a long ``cluster.heartbeat_s``) so that, once a peer has failed
+(a collective timed out), a process silent for a few beats can be named as the cause; on its
+own, silence is a hang only after ``cluster.heartbeat_s``.
 
 The supervisor (:mod:`.supervise`) reads the files and each process's state (stopped by SIGSTOP
 or a debugger). Only where the file is on this host's filesystem: processes on this host and in
@@ -26,6 +30,7 @@ import psutil
 ENV_PATH = "DSGRAPH_HEARTBEAT"
 ENV_EVERY = "DSGRAPH_HEARTBEAT_S"
 SUFFIX = ".heartbeat"
+MAX_EVERY_S = 2.0  # the longest time between two beats, whatever cluster.heartbeat_s
 
 # States in which a process runs no code of its own until someone resumes it.
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
@@ -73,8 +78,19 @@ def start_from_env() -> Beater | None:
 
 def env_for(path: Path, heartbeat_s: float) -> dict[str, str]:
     """The variables that make a job process beat into ``path`` often enough for ``heartbeat_s``."""
-    # Four beats per period: one late beat (a busy host) is no hang.
-    return {ENV_PATH: str(Path(path).resolve()), ENV_EVERY: f"{heartbeat_s / 4:g}"}
+    return {ENV_PATH: str(Path(path).resolve()), ENV_EVERY: f"{beat_every(heartbeat_s):g}"}
+
+
+def beat_every(heartbeat_s: float) -> float:
+    """Seconds between two beats under ``heartbeat_s``."""
+    # At least four beats per period: one late beat (a busy host) is no hang.
+    return min(heartbeat_s / 4, MAX_EVERY_S)
+
+
+def late_s(heartbeat_s: float) -> float:
+    """How long a silent heartbeat makes its process the likely cause once a peer has failed
+    (a collective or an RPC timed out): several missed beats, at most half of ``heartbeat_s``."""
+    return min(heartbeat_s / 2, max(5 * beat_every(heartbeat_s), 10.0))
 
 
 def last_beat(path: Path) -> float | None:

@@ -6,11 +6,12 @@ import signal
 from pathlib import Path
 
 # A process that failed because a peer did: its collective or RPC connection broke, or it timed
-# out waiting. Such an error is never the cause when another process failed on its own.
+# out waiting (gloo: "Application timeout caused pair closure"). Such an error is never the
+# cause when another process failed on its own.
 _PEER_ERROR = re.compile(
     r"Connection (closed|reset) by peer|Broken pipe|Connection refused|ECONNRESET|EPIPE|"
     r"gloo/transport|ProcessGroupGloo|DistBackendError|DistNetworkError|Socket Timeout|"
-    r"Timed out|timed out|DistConnectError|Fail to connect|socket_communicator|"
+    r"Timed out|timeout|pair closure|DistConnectError|Fail to connect|socket_communicator|"
     r"job interrupted|KeyboardInterrupt|Terminated", re.IGNORECASE)
 # The line of a log that states the cause: an "error: ..." line or an exception's last line.
 _CAUSE = re.compile(r"^(error: .*|([A-Za-z_][\w.]*)?(Error|Exception|Exit|Interrupt|Failure)"

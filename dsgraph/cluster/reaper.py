@@ -14,12 +14,51 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from dsgraph import fsutil
 from dsgraph.cluster import shm
+
+
+class ReaperLink:
+    """The launcher's side: starts the reaper on the first event, tells it each one."""
+
+    def __init__(self, token: str | None, run_dir: Path | None) -> None:
+        self.token, self.run_dir = token, run_dir
+        self._proc: subprocess.Popen | None = None
+
+    def tell(self, line: str) -> None:
+        """Send one event line (starting the reaper first if needed)."""
+        if self._proc is None:
+            # No log of its own: the run folder's logs/ holds exactly the job's processes.
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "dsgraph.cluster.reaper"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                env=light_env())
+            if self.token:
+                self.tell(f"token {self.token}")
+            if self.run_dir is not None:
+                self.tell(f"dir {Path(self.run_dir).resolve()}")
+        try:
+            self._proc.stdin.write(f"{line}\n".encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def close(self) -> None:
+        """The launcher cleaned up by itself: tell the reaper, which then exits."""
+        if self._proc is None:
+            return
+        self.tell("done")
+        try:
+            self._proc.stdin.close()
+            self._proc.wait(10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self._proc = None
 
 
 def light_env() -> dict[str, str]:

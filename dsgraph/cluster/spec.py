@@ -11,6 +11,7 @@ import psutil
 from dsgraph.cluster.ports import free_port_range, port_is_free
 from dsgraph.config import ClusterConfig
 from dsgraph.errors import ConfigError
+from dsgraph.fsutil import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -88,5 +89,5 @@ def plan_machines(cluster: ClusterConfig, num_parts: int) -> list[Machine]:
 
 def write_ip_config(machines: list[Machine], path: Path) -> Path:
     """The ip_config file DGL reads (one ``IP PORT`` line per machine)."""
-    path.write_text("".join(f"{m.ip} {m.port}\n" for m in machines))
+    atomic_write_text(path, "".join(f"{m.ip} {m.port}\n" for m in machines))
     return path

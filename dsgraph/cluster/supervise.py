@@ -1,9 +1,11 @@
 """Supervisor: every process of a job in its own process group, one log each; the first failure,
 a hang, a timeout, Ctrl-C or SIGTERM ends them all and removes the job's shared-memory segments.
 
-A hang is a live process that made no progress for ``heartbeat_s``: stopped (SIGSTOP, a
-debugger) or its heartbeat silent (:mod:`.heartbeat`); it is named as the job's fault. Rank 0's
-output is echoed to the console without its traceback blocks and DGL's and gloo's chatter
+A hang is a live process (or a child of one: DGL's samplers) that made no progress for
+``heartbeat_s``: stopped (SIGSTOP, a debugger) or its heartbeat silent (:mod:`.heartbeat`,
+:mod:`.hangs`); it is named as the job's fault, also when a peer's collective timed out first.
+A run folder that turned read-only or full is named as the cause of whatever failed with it.
+Rank 0's output is echoed to the console without its traceback blocks and DGL's and gloo's chatter
 (:mod:`.console`, :mod:`.chatter`; the log keeps everything); why a process failed is read
 from its log (:mod:`.logs`); memory, and why a SIGKILL likely means OOM: :mod:`.memwatch`.
 
@@ -26,10 +28,12 @@ from typing import Sequence
 
 from dsgraph.cluster import heartbeat, lifeline, shm
 from dsgraph.cluster.console import tee
+from dsgraph.cluster.hangs import HangWatch, Stall
 from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
 from dsgraph.cluster.memwatch import MemoryWatch, oom_hint
-from dsgraph.cluster.reaper import light_env
-from dsgraph.errors import JobFailed, UserError
+from dsgraph.cluster.reaper import ReaperLink
+from dsgraph.errors import JobFailed, StorageError, UserError
+from dsgraph.fsutil import storage_errors, storage_fault
 
 # How often the supervisor looks for processes that make no progress.
 _CHECK_EVERY_S = 0.5
@@ -45,18 +49,8 @@ class Proc:
     required: bool  # the job is done when every required process has exited 0
     ended: float | None = field(default=None)  # wall-clock time its exit was first seen
     beat: Path | None = field(default=None)  # its heartbeat file (None: it does not beat here)
-    stopped_since: float | None = field(default=None)  # wall-clock time first seen stopped
     hush: threading.Event | None = field(default=None)  # set: its echo stops (the log goes on)
     local: bool = field(default=True)  # its pid is the process itself (not an ssh client)
-
-
-@dataclass(frozen=True)
-class Stall:
-    """A live process making no progress: for how long, and why."""
-
-    proc: Proc
-    seconds: float
-    stopped: bool  # stopped (SIGSTOP, a debugger) rather than only silent
 
 
 class ProcessUserError(UserError):
@@ -84,12 +78,12 @@ class Supervisor:
                  reaper: bool = True, run_dir: Path | None = None,
                  heartbeat_s: float = 0.0) -> None:
         self.log_dir = Path(log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with storage_errors(self.log_dir, "the job's logs"):
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout_s, self.grace_s, self.shm_token = timeout_s, grace_s, shm_token
         self.settle_s = settle_s
         self.heartbeat_s = heartbeat_s  # 0: hangs are not watched for (only named on a fault)
-        self._checked = time.time()  # the last look at the processes' progress
-        self._judge_from = self._checked  # silence before this moment is not held against anyone
+        self.hangs = HangWatch(heartbeat_s)
         self.procs: list[Proc] = []
         self.memory = MemoryWatch()
         self.peak_rss_mb = self.memory.peak_rss_mb  # per process, MiB
@@ -100,9 +94,8 @@ class Supervisor:
         # Stock DGL names its segments without a job token: then track what our processes map.
         self._shm_before = shm.names() if snapshot_shm else None
         self._shm_seen: set[str] = set()
-        self._use_reaper = reaper
-        self._reaper: subprocess.Popen | None = None
-        # where the reaper removes dead writers' temporary files if the launcher dies
+        # the reaper removes dead writers' temporary files in run_dir if the launcher dies
+        self._reaper = ReaperLink(shm_token, run_dir) if reaper else None
         self._run_dir = run_dir
         self._echo = {"mid_line": False}  # an echoed progress bar may end without a newline
 
@@ -118,37 +111,9 @@ class Supervisor:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
 
-    # --- the reaper -----------------------------------------------------------------------
-
     def _tell_reaper(self, line: str) -> None:
-        if not self._use_reaper:
-            return
-        if self._reaper is None:
-            # No log of its own: the run folder's logs/ holds exactly the job's processes.
-            self._reaper = subprocess.Popen(
-                [sys.executable, "-m", "dsgraph.cluster.reaper"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                env=light_env())
-            if self.shm_token:
-                self._tell_reaper(f"token {self.shm_token}")
-            if self._run_dir is not None:
-                self._tell_reaper(f"dir {Path(self._run_dir).resolve()}")
-        try:
-            self._reaper.stdin.write(f"{line}\n".encode())
-            self._reaper.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
-    def _close_reaper(self) -> None:
-        if self._reaper is None:
-            return
-        self._tell_reaper("done")
-        try:
-            self._reaper.stdin.close()
-            self._reaper.wait(10)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        self._reaper = None
+        if self._reaper is not None:
+            self._reaper.tell(line)
 
     # --- processes ------------------------------------------------------------------------
 
@@ -176,10 +141,13 @@ class Supervisor:
         log = self.log_dir / f"{name}.log"
         env = {**env, lifeline.ENV_LIFELINE: "1"}
         beat = self._beat_path(name) if beats and self.heartbeat_s > 0 else None
+        with storage_errors(log, "the job's logs"):
+            if beat is not None:
+                beat.unlink(missing_ok=True)  # an earlier run's beats are not this process's
+            fh = log.open("ab")
         if beat is not None:
-            beat.unlink(missing_ok=True)  # an earlier run's beats are not this process's
             env.update(self.heartbeat_env(name))
-        with log.open("ab") as fh:
+        with fh:
             popen = subprocess.Popen(list(argv), env=env, cwd=cwd,
                                      stdout=subprocess.PIPE if echo else fh,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -246,12 +214,12 @@ class Supervisor:
                     raise self.blame(failed)
                 if all(p.popen.poll() is not None for p in self.procs if p.required):
                     return
-                if time.time() - self._checked >= _CHECK_EVERY_S:
+                if self.hangs.seconds_since_check() >= _CHECK_EVERY_S:
                     # (watching or not, when a process stopped is noted: a fault may name it)
                     limit = self.heartbeat_s if self.heartbeat_s > 0 else float("inf")
                     hung = self.stalls(limit, self.heartbeat_s)
                     if hung:
-                        raise self.describe_stall(hung[0])
+                        raise self._hang_error(hung[0])
                 if time.monotonic() - self.start > self.timeout_s:
                     raise self._timed_out()
                 time.sleep(poll_s)
@@ -260,59 +228,66 @@ class Supervisor:
 
     def _timed_out(self) -> JobFailed:
         head = f"job timed out after {self.timeout_s:g} s"
-        stuck = self.stalls(0.0, self.heartbeat_s / 2)
+        stuck = self.stalls(0.0, self._late_s())
         if stuck:  # what the rest waited for
-            return JobFailed(f"{head}; {self.describe_stall(stuck[0])}")
+            err = self._hang_error(stuck[0])
+            return err if isinstance(err, StorageError) else JobFailed(f"{head}; {err}")
         alive = [p.name for p in self.procs if p.popen.poll() is None]
         return JobFailed(f"{head}; still running: {', '.join(alive)}; log {self.procs[0].log}: "
                          f"{log_tail(self.procs[0].log)}")
 
     def stalls(self, stopped_s: float, silent_s: float) -> list[Stall]:
-        """Live processes stopped for ``stopped_s`` or more, or whose heartbeat has been silent
-        for ``silent_s`` or more (0: not judged); the likeliest cause first: stopped ones, then
-        the longest without progress."""
-        now = time.time()
-        if now - self._checked > max(self.heartbeat_s / 4, 2.0):
-            # This process did not run for a while (the host slept, the launcher was stopped):
-            # beats that were due meanwhile are not late.
-            self._judge_from = now
-        self._checked = now
-        out = []
-        for p in self.procs:
-            if p.popen.poll() is not None:
-                continue
-            if heartbeat.is_stopped(p.popen.pid):
-                p.stopped_since = p.stopped_since or now
-            else:
-                p.stopped_since = None
-            stopped = now - p.stopped_since if p.stopped_since is not None else None
-            last = heartbeat.last_beat(p.beat) if p.beat is not None else None
-            # before its first beat a process is still starting (imports): only its state counts
-            silent = now - max(last, self._judge_from) if last is not None else 0.0
-            if (stopped is not None and stopped >= stopped_s) or 0 < silent_s <= silent:
-                out.append(Stall(p, max(stopped or 0.0, silent), stopped is not None))
-        return sorted(out, key=lambda s: (not s.stopped, -s.seconds))
+        """Live processes (their children included) stopped for ``stopped_s`` or more, or whose
+        heartbeat has been silent for ``silent_s`` or more (0: not judged); the likeliest cause
+        first (:meth:`HangWatch.stalls`)."""
+        return self.hangs.stalls(self.procs, stopped_s, silent_s)
 
     def describe_stall(self, stall: Stall) -> JobFailed:
         """The one-line error for a process that makes no progress."""
-        p = stall.proc
-        if stall.stopped:
-            why = "it is stopped (SIGSTOP, Ctrl-Z or a debugger)"
-        else:
-            why = (f"its heartbeat ({p.beat.name}) is silent; cluster.heartbeat_s = "
-                   f"{self.heartbeat_s:g}")
-        since = f" for {stall.seconds:.0f} s" if stall.seconds >= 1 else ""
-        return JobFailed(f"process {p.name} (pid {p.popen.pid}) made no progress{since}: {why}; "
-                         f"log {p.log}")
+        return self.hangs.describe(stall)
+
+    def _late_s(self) -> float:
+        """Silence that names a process once a peer has failed (0: heartbeats are off)."""
+        return heartbeat.late_s(self.heartbeat_s) if self.heartbeat_s > 0 else 0.0
+
+    def _hang_error(self, stall: Stall) -> Exception:
+        """The error for ``stall``: a silent heartbeat in a folder that can no longer be
+        written is that folder's fault, not the process's."""
+        if not stall.stopped:
+            fault = self.storage_fault(f"the heartbeat of process {stall.proc.name} "
+                                       f"({stall.proc.beat}) could not be written")
+            if fault is not None:
+                return fault
+        return self.describe_stall(stall)
+
+    def storage_fault(self, what: str) -> StorageError | None:
+        """The one-line error naming the run folder (or logs folder) when it has turned
+        read-only, full or unwritable (``what``: what failed with it); None while it is fine."""
+        for folder in dict.fromkeys(f for f in (self._run_dir, self.log_dir) if f is not None):
+            cause = storage_fault(folder)
+            if cause is not None:
+                return StorageError(f"{folder}: cannot write the job's files: {cause}; {what}")
+        return None
 
     def blame(self, failed: list[Proc]) -> Exception:
         """The error for a job in which ``failed`` processes exited non-zero: the
-        :meth:`culprit`'s, unless it only lost a peer while another process stopped making
-        progress (a stopped peer makes the others' collectives and RPCs time out)."""
+        :meth:`culprit`'s, unless it did not state its own cause (an ``error:`` line) while
+        another process was stopped, or the run folder turned read-only or full, or (when it
+        only lost a peer) another process's heartbeat went silent: a stopped peer makes the
+        others' collectives and RPCs time out."""
         p = self.culprit(failed)
-        if p.popen.returncode > 0 and _peer_failure(p):
-            stuck = self.stalls(0.0, self.heartbeat_s / 2)
-            if stuck:
+        rc = p.popen.returncode
+        cause = log_cause(p.log) if rc > 0 else ""
+        if rc > 0 and not cause.startswith("error: "):
+            stuck = self.stalls(0.0, self._late_s())
+            stopped = [s for s in stuck if s.stopped]
+            if stopped:
+                return self.describe_stall(stopped[0])
+            fault = self.storage_fault(f"process {p.name} (pid {p.popen.pid}) exited with code "
+                                       f"{rc}; log {p.log}")
+            if fault is not None:
+                return fault
+            if stuck and is_peer_error(cause):
                 return self.describe_stall(stuck[0])
         return self.describe(p)
 
@@ -384,11 +359,15 @@ class Supervisor:
             self._echo["mid_line"] = False
         for p in self.procs:  # a beat means nothing once its process is gone
             if p.beat is not None:
-                p.beat.unlink(missing_ok=True)
+                try:
+                    p.beat.unlink(missing_ok=True)
+                except OSError:  # a read-only folder: what failed was said already
+                    pass
         shm.remove_token(self.shm_token)
         if self._shm_seen:
             shm.remove_unshared(self._shm_seen, exclude={os.getpid()})
-        self._close_reaper()
+        if self._reaper is not None:
+            self._reaper.close()
         self.memory.publish()
 
 

@@ -98,8 +98,11 @@ def exit_now(code: int = 0) -> None:
     destroying a gloo process group can deadlock (its destructor joins gloo's threads holding
     the GIL while a thread still needs it to free the last tensor of an async operation).
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a log on a full or read-only disk: exit all the same
+            pass
     os._exit(code)
 
 
@@ -110,15 +113,27 @@ def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
 
     Meanwhile the process beats into the heartbeat file the supervisor named (if it did): how it
     tells a hung process from a busy one (:mod:`dsgraph.cluster.heartbeat`)."""
+    code = 1
     try:
         heartbeat.start_from_env()
         fn(*args)
+        code = 0
     except SystemExit as exc:
-        exit_now(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        exit_now(exc.exit_code)
+        code = exc.exit_code
+        _say(lambda: print(f"error: {exc}", file=sys.stderr))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the process
-        traceback.print_exc()
-        exit_now(130 if isinstance(exc, KeyboardInterrupt) else 1)
-    exit_now(0)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        _say(traceback.print_exc)
+    finally:
+        exit_now(code)  # (also when saying why failed: a log on a full disk)
+
+
+def _say(write: Callable[[], None]) -> None:
+    """Write the cause to the log; a log that cannot take it (full, read-only) loses it (the
+    supervisor then names the folder)."""
+    try:
+        write()
+    except (OSError, ValueError):
+        pass
