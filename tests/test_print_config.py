@@ -62,8 +62,7 @@ def test_an_invalid_config_is_the_usual_one_line_error(capsys):
         _train_main("--print-config", "--set", "sampled.batch_size=0")
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: configs/default.yaml: sampled.batch_size: expected an integer >= 1, "
-                   "got 0")
+    assert err == "error: --set sampled.batch_size: expected an integer >= 1, got 0"
 
 
 def test_plain_help_strips_markup():

@@ -95,7 +95,10 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
 def test_task_config_errors_are_one_line_naming_the_key(sets, message):
     with pytest.raises(ConfigError) as err:
         cfgmod.load(None, sets)
-    assert str(err.value) == f"<defaults>: {message}"
+    # a key a --set gave is named by its --set; a rule about a default, by <defaults>
+    given = {s.split("=", 1)[0] for s in sets}
+    assert str(err.value) == (f"--set {message}" if message.split(": ", 1)[0] in given
+                              else f"<defaults>: {message}")
 
 
 def test_task_options_accepted():
