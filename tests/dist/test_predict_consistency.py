@@ -138,11 +138,15 @@ def _homogeneous_reference(run: RunFolder, width: int) -> np.ndarray:
 
 
 def _check_all(outs: list[dict], check) -> None:
-    """Every repeat passes ``check``; the failures' repeat numbers otherwise."""
+    """Every repeat passes ``check`` and equals the first bit for bit; the failures' repeat
+    numbers otherwise."""
     failed = []
     for i, rows in enumerate(outs):
         try:
             check(rows)
+            for part, arrays in rows.items():
+                assert all(np.array_equal(v, outs[0][part][k]) for k, v in arrays.items()), \
+                    f"{part} differ from repeat 0's"
         except AssertionError as exc:
             failed.append((i, str(exc).splitlines()[0][:200]))
     assert not failed, f"{len(failed)} of {len(outs)} repeats differ: {failed[:5]}"
