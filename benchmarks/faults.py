@@ -1,16 +1,17 @@
 """The fault-injection harness: start a real ``python -m train`` job, hit it with one fault, and
 record what the launcher did and what the job left behind.
 
-A :class:`Case` names the job's mode (tiny graph or fields, 2 partitions / workers) and its
-fault: kill -9 of a server, trainer or worker, or of the launcher itself; SIGSTOP of a server,
-trainer or worker (a hung peer: the job is left running until the supervisor sees it make no
-progress); SIGINT / SIGTERM to the launcher; a model whose forward raises on rank 1
-(:data:`FAULT_MODEL`); a port in use; kill -9 of the launcher while a checkpoint is being
-written, then ``--resume``. :func:`run_case` records the message shown, the exit code, the
-seconds from the fault to the end of the job, and what was left behind: processes of the job,
-listening ports, ``/dev/shm`` segments of the job, temp files in the run folder; and every
-socket a job process listened on, which must be the job's address (loopback), never a
-wildcard. ``benchmarks/reliability.py`` (the report) and ``tests/dist/test_faults.py`` (the
+A :class:`Case` names the job's mode (tiny graph or fields, 2 partitions / workers) and its fault:
+kill -9 of a server, trainer or worker, or of the launcher itself; SIGSTOP of a server, trainer,
+worker or a trainer's sampler process (a hung peer: the job is left running until the supervisor
+sees it make no progress, or a peer's collective times out first); SIGINT / SIGTERM to the
+launcher; a model whose forward raises on rank 1 (:data:`FAULT_MODEL`); a port in use; kill -9 of
+the launcher while a checkpoint is being written, then ``--resume``; the run folder (a small tmpfs)
+turned read-only or filled up mid-run (:mod:`benchmarks.storage`). :func:`run_case` records the
+message shown, the exit code, the seconds from the fault to the end of the job, and what was left
+behind: processes of the job, listening ports, ``/dev/shm`` segments of the job, temp files in the
+run folder; and every socket a job process listened on, which must be the job's address (loopback),
+never a wildcard. ``benchmarks/reliability.py`` (the report) and ``tests/dist/test_faults.py`` (the
 assertions) both run their cases through it.
 """
 from __future__ import annotations
@@ -21,13 +22,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import psutil
+
+from benchmarks import storage
+from benchmarks.jobwatch import Watch, alive, job_shm, listening_now, temp_files
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -73,7 +76,7 @@ class Case:
     name: str
     mode: str  # sampled | sar | dsmpnn
     fault: str  # kill9:<process> | kill9:launcher | sigstop:<process> | sigint | sigterm |
-    #             raises | port | ckpt
+    #             raises | port | ckpt | readonly | full (the run folder, mid-run)
     code: int  # expected exit code of the launcher (-9: killed itself)
     says: tuple[str, ...] = ()  # the error line must contain each of these
     sets: tuple[str, ...] = ()  # extra --set overrides
@@ -88,6 +91,11 @@ class Case:
 FAULTY = "model.name=faulty_model:Faulty"
 # The --set that makes a hung process the job's fault after a few seconds, not a minute.
 HANG = "cluster.heartbeat_s=8"
+# The --set that makes a collective time out before a hung process's heartbeat_s (60 s by
+# default): the process that timed out must not be blamed for the one it waited for.
+SHORT_COLLECTIVE = "train.collective_timeout_s=10"
+# Faults of the run folder's storage (a tmpfs mounted there): turned read-only, or filled up.
+STORAGE = ("readonly", "full")
 
 
 @dataclass
@@ -129,76 +137,6 @@ def prepare(root: Path) -> Workspace:
     return ws
 
 
-class Watch:
-    """Samples a launcher's process tree (pids, listening sockets) until stopped."""
-
-    def __init__(self, launcher: int) -> None:
-        self.launcher = launcher
-        self.pids: set[int] = set()
-        self.listening: set[tuple[str, int]] = set()
-        self.shm: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(0.2)
-
-    def sample(self) -> None:
-        """Record the launcher's descendants and every socket they listen on."""
-        try:
-            kids = psutil.Process(self.launcher).children(recursive=True)
-        except psutil.Error:
-            return
-        self.shm.update(_job_shm(self.launcher))
-        for p in kids:
-            self.pids.add(p.pid)
-            try:
-                for c in p.net_connections(kind="inet"):
-                    if c.status == psutil.CONN_LISTEN:
-                        self.listening.add((c.laddr.ip, c.laddr.port))
-            except psutil.Error:
-                pass
-
-    def stop(self) -> None:
-        """Stop sampling."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-def _alive(pids: set[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return sorted(out)
-
-
-def _listening_now(ports: set[int]) -> list[int]:
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except psutil.Error:
-        return []
-    return sorted({c.laddr.port for c in conns
-                   if c.status == psutil.CONN_LISTEN and c.laddr.port in ports})
-
-
-def _job_shm(launcher: int) -> list[str]:
-    """/dev/shm segments whose job token names ``launcher`` as their owner."""
-    tag = f"dsg{launcher}p"
-    return sorted(n for n in os.listdir("/dev/shm") if tag in n) if os.path.isdir("/dev/shm") \
-        else []
-
-
-def _temp_files(run: Path) -> list[str]:
-    return sorted(str(p.relative_to(run)) for p in run.rglob(".*.tmp")) if run.exists() else []
-
-
 def _log(run: Path, name: str) -> str:
     try:
         return (run / "logs" / f"{name}.log").read_text(errors="replace")
@@ -207,8 +145,13 @@ def _log(run: Path, name: str) -> str:
 
 
 def _find(launcher: int, target: str) -> Optional[psutil.Process]:
-    """The job process whose log is ``target`` (server<i>, trainer<r>, worker<r>)."""
+    """The job process whose log is ``target`` (server<i>, trainer<r>, worker<r>), or trainer
+    <r>'s sampler process (sampler<r>: DGL's, a spawned child of the trainer)."""
     kind, index = target.rstrip("0123456789"), target[len(target.rstrip("0123456789")):]
+    if kind == "sampler":
+        trainer = _find(launcher, f"trainer{index}")
+        kids = trainer.children() if trainer is not None else []
+        return next((k for k in kids if "spawn_main" in " ".join(k.cmdline())), None)
     try:
         kids = psutil.Process(launcher).children()
     except psutil.Error:
@@ -265,8 +208,27 @@ def _error_line(stderr: str) -> str:
 
 
 def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
-    """Run one case; return its record (what happened and what was left behind)."""
+    """Run one case; return its record (what happened and what was left behind; ``skipped``:
+    why a storage fault could not run here)."""
     run = ws.root / "runs" / case.name.replace(" ", "_").replace(",", "").replace("-", "")
+    if case.fault not in STORAGE:
+        return _run_case(ws, case, run)
+    # The run folder on a small file system of its own, turned read-only or filled mid-run.
+    mounted: list[Path] = []
+    try:
+        with storage.tmpfs(run, "24m"):
+            try:
+                return {**_run_case(ws, case, run, mounted), "folder": str(run)}
+            finally:
+                for path in mounted:
+                    storage.unmount(path)
+    except storage.Skip as exc:
+        return {"case": case.name, "mode": case.mode, "fault": case.fault,
+                "skipped": str(exc), "handled": None}
+
+
+def _run_case(ws: Workspace, case: Case, run: Path,
+              mounted: Optional[list[Path]] = None) -> dict[str, Any]:
     first = "worker0" if case.mode != "sampled" else "trainer0"
     extra: tuple[str, ...] = ()
     holder = None
@@ -302,13 +264,25 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
             target.send_signal(sig)
             if sig == signal.SIGSTOP:
                 stopped = target
+        elif case.fault in STORAGE:
+            ready = _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc)
+            if not ready:
+                raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
+                                   f"{err_path.read_text()[-2000:]}")
+            watch.sample()
+            fault_at = time.monotonic()
+            if case.fault == "readonly":
+                storage.make_read_only(run)
+                mounted.append(run)
+            else:
+                storage.fill(run)
         elif case.fault == "ckpt":
             # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
             # (not the first write: --resume needs an earlier checkpoint)
             caught_files: list[list[str]] = [[]]
 
             def writing() -> bool:
-                caught_files[0] = _temp_files(run)
+                caught_files[0] = temp_files(run)
                 return (run / "checkpoint.pt").exists() and bool(caught_files[0])
             caught = _wait_until(writing, 150, proc, poll_s=0.002)
             if not caught:
@@ -334,7 +308,7 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         watch.sample()
         ports = {port for _, port in watch.listening}
         deadline = time.monotonic() + EXIT_LIMIT_S
-        while time.monotonic() < deadline and (_alive(watch.pids) or _listening_now(ports)):
+        while time.monotonic() < deadline and (alive(watch.pids) or listening_now(ports)):
             time.sleep(0.05)
         record["seconds_to_exit"] = round(time.monotonic() - fault_at, 2)
     finally:
@@ -363,8 +337,8 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
         wildcard_listeners=sorted(f"{ip}:{port}" for ip, port in watch.listening
                                   if ip in ("0.0.0.0", "::")),
         processes_seen=len(watch.pids), shm_seen=len(watch.shm),
-        left_processes=_alive(watch.pids), left_ports=_listening_now(ports),
-        left_shm=_job_shm(proc.pid), left_temp_files=_temp_files(run))
+        left_processes=alive(watch.pids), left_ports=listening_now(ports),
+        left_shm=job_shm(proc.pid), left_temp_files=temp_files(run))
     record["cleaned_up"] = not (record["left_processes"] or record["left_ports"]
                                 or record["left_shm"] or record["left_temp_files"])
     if stopped is not None and stopped.pid in record["left_processes"]:
@@ -375,10 +349,29 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
 
 def handled(case: Case, r: dict[str, Any]) -> bool:
     """Whether the record shows the behaviour the case expects."""
+    if r.get("skipped"):
+        return False
     ok = (r["exit_code"] == case.code and all(s in r["message"] for s in case.says)
+          and r.get("folder", "") in r["message"]
           and not r["traceback"] and r["seconds_to_exit"] <= EXIT_LIMIT_S
           and not r["wildcard_listeners"])
     if case.fault == "ckpt":
         ok = ok and bool(r["temp_files_at_kill"]) and r["resume_exit_code"] == 0 \
             and r["resumed_epochs"] == list(range(1, 5))
     return ok
+
+
+# Cases the tests run beside benchmarks/reliability.py's matrix: hangs under the default
+# cluster.heartbeat_s with a collective timeout that comes first, and the run folder's storage.
+MORE_CASES = (
+    Case("server stopped, collective timeout first", "sampled", "sigstop:server1", 1,
+         ("process server1 ", "no progress", "stopped", "server1.log"), (SHORT_COLLECTIVE,)),
+    Case("sampled trainer stopped, collective timeout first", "sampled", "sigstop:trainer1", 1,
+         ("process trainer1 ", "no progress", "stopped", "trainer1.log"), (SHORT_COLLECTIVE,)),
+    # (its trainer waits for batches without a timeout, beating: named after heartbeat_s)
+    Case("sampler stopped", "sampled", "sigstop:sampler1", 1,
+         ("process trainer1's sampler", "no progress", "stopped", "trainer1.log"),
+         (HANG, "cluster.samplers_per_trainer=1")),
+    Case("run folder turns read-only", "sampled", "readonly", 1, ("cannot write", "read-only")),
+    Case("run folder fills up", "sampled", "full", 1, ("cannot write", "no space left")),
+)

@@ -4,10 +4,11 @@
 Each :class:`Scenario` does what a user might: a second job on a live job's folder (``--force``,
 ``--resume``, ``predict``), a dead job's lock, a byte changed in ``best.pt`` / ``checkpoint.pt`` /
 ``metrics.json`` / ``config.yaml``, a symlinked ``--out``, a cut ``metrics.jsonl`` line, a disk
-that is too small, fills up mid-run or is read-only (tmpfs mounts: root only), a YAML alias bomb,
-a width of a billion, a cut ``partition_stats.json``. :func:`run_scenario` records the exit code,
-the console's last line, whether a traceback showed, and ``kept``: whether the previous good state
-is intact (files unchanged, the live job undisturbed, a checkpoint readable and resumable).
+that is too small, fills up mid-run or is read-only (tmpfs mounts: root only), ``predict --out``
+onto a full or read-only disk, a YAML alias bomb, a width of a billion, a cut
+``partition_stats.json``. :func:`run_scenario` records the exit code, the console's last line,
+whether a traceback showed, and ``kept``: whether the previous good state is intact (files
+unchanged, the live job undisturbed, a checkpoint readable and resumable).
 ``benchmarks/reliability.py`` (the report) and ``tests/dist/test_run_folder_faults.py`` (the
 assertions) both run them through here.
 """
@@ -29,13 +30,10 @@ import torch
 
 from benchmarks.faults import ROOT, Workspace, config_of, default_sigint
 from benchmarks.harness import run_cli
+from benchmarks.storage import Skip, fill, tmpfs
 from dsgraph import checkpoint
 
 SETS = ("train.lr_schedule=constant",)  # resumed and uninterrupted runs use the same rates
-
-
-class Skip(Exception):
-    """The scenario cannot run here (a tmpfs mount needs root); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -128,34 +126,6 @@ def live_job(ws: Workspace, run: Path) -> Iterator[subprocess.Popen]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``path`` for the block (:class:`Skip` where mounting is
-    not allowed)."""
-    if os.geteuid() != 0:
-        raise Skip("mounting a tmpfs needs root")
-    path.mkdir(parents=True, exist_ok=True)
-    options = f"size={size}" + (",ro" if read_only else "")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise Skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
-def fill(folder: Path) -> Path:
-    """Write a file into ``folder`` until its device is full; that file."""
-    filler = folder / "filler"
-    with contextlib.suppress(OSError), filler.open("wb") as fh:
-        while True:
-            fh.write(b"\0" * 65536)
-            fh.flush()
-    return filler
 
 
 def flip_payload_byte(path: Path) -> None:
@@ -274,6 +244,22 @@ def _curves_on_full_disk(ws: Workspace, tmp: Path) -> dict[str, Any]:
         return outcome(res, kept=snapshot(run) == before)
 
 
+def _predict_out(size: str, read_only: bool = False
+                 ) -> Callable[[Workspace, Path], dict[str, Any]]:
+    def act(ws: Workspace, tmp: Path) -> dict[str, Any]:
+        run = finished_copy(ws, tmp)
+        before = snapshot(run)
+        with tmpfs(tmp / "disk", size, read_only=read_only) as disk:
+            if not read_only:
+                fill(disk)
+            res = cli(ws, "predict", "--run", str(run), "--out", str(disk / "pred.csv"))
+            left = sorted(p.name for p in disk.iterdir() if p.name != "filler")
+        # the run folder gets only the prediction job's logs
+        same = {k: v for k, v in snapshot(run).items() if not k.startswith("predictions")}
+        return outcome(res, folder=str(disk), kept=left == [] and same == before)
+    return act
+
+
 def _read_only(ws: Workspace, tmp: Path) -> dict[str, Any]:
     with tmpfs(tmp / "disk", "4m", read_only=True) as disk:
         return outcome(train(ws, disk / "run", "train.epochs=2"), kept=True)
@@ -352,6 +338,10 @@ SCENARIOS = (
     Scenario("curves.png onto a full disk (train --plot)", 1,
              ("cannot write curves.png", "no space left"), _curves_on_full_disk),
     Scenario("run folder on a read-only file system", 1, ("read-only",), _read_only),
+    Scenario("predict --out onto a full disk", 1, ("cannot write pred.csv", "no space left"),
+             _predict_out("1m")),
+    Scenario("predict --out onto a read-only disk", 1, ("cannot write pred.csv", "read-only"),
+             _predict_out("1m", read_only=True)),
     Scenario("YAML alias bomb in model.args", 2, ("alias",), _alias_bomb),
     Scenario("model.args.hidden: 1000000000", 2, ("model.args.hidden",), _huge_width),
     Scenario("partition --if-missing, partition_stats.json cut", 0,

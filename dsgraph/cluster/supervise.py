@@ -319,7 +319,11 @@ class Supervisor:
         cause = log_cause(p.log)
         if rc == 2 and cause.startswith("error: "):
             return ProcessUserError(f"{p.name}: {cause[len('error: '):]} (log {p.log})")
-        if cause.startswith("error: "):  # a fault it stated itself (a full disk, say)
+        if cause.startswith("error: ") and self.storage_fault("") is not None:
+            # it could not write in the run folder, which is full or read-only: the folder first
+            return StorageError(f"{cause[len('error: '):]} (process {p.name}, pid "
+                                f"{p.popen.pid}; log {p.log})")
+        if cause.startswith("error: "):  # a fault it stated itself
             return JobFailed(f"process {p.name} (pid {p.popen.pid}) failed: "
                              f"{cause[len('error: '):]}; log {p.log}")
         return JobFailed(f"process {p.name} (pid {p.popen.pid}) exited with code {rc}: "

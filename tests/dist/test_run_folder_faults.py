@@ -35,6 +35,8 @@ def test_scenario(ws, scenario, tmp_path):
         assert part in r["message"], detail
     if scenario.code:  # a refusal or a failure: one line, naming what and where
         assert r["message"].startswith("error: "), detail
+    if "folder" in r:  # a storage fault: the line names the folder that failed
+        assert r["folder"] in r["message"], detail
     assert r["kept"], detail
     if "holder_pid" in r:  # a live job's folder: the refusal names that job and the folder
         assert f"pid {r['holder_pid']} on " in r["message"], detail
