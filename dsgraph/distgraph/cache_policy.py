@@ -6,8 +6,9 @@ fanouts and seed split that training uses decide, so 2-hop rows that every batch
 before 1-hop rows of rarely drawn seeds. Rows the pre-sampled batches never read follow, the
 partition's halo first (direct neighbours of its nodes), then any other remote row, as the
 budget allows.
-``degree``: the halo, then other remote nodes by global out-degree (a sampler draws a node in
-proportion to its out-edges); it needs no pre-sampling, only a degree query per remote node.
+``degree``: the 1-hop halo, then other remote nodes by global out-degree (a sampler draws a
+node in proportion to its out-edges); it needs no pre-sampling, only a degree query per remote
+node.
 """
 from __future__ import annotations
 
@@ -21,12 +22,22 @@ _DEGREE_CHUNK = 1 << 20
 
 
 def halo_ids(g) -> torch.Tensor:
-    """Global ids of the trainer's partition's halo (nodes stored there but owned elsewhere),
-    sorted."""
+    """Global ids of the trainer's partition's 1-hop halo (nodes owned elsewhere that share an
+    edge with an own node), sorted, whatever ``partition.halo_hops`` stored.
+
+    A 2-hop part also stores its neighbours' neighbours, read far less often; taking them
+    along filled the ``degree`` policy's budget in id order instead of with direct neighbours,
+    so training on 2-hop files moved more remote rows than on 1-hop files of the same graph."""
     local = g.local_partition
     if local is None:
         return torch.empty(0, dtype=torch.int64)
-    return torch.sort(local.ndata[dgl.NID][local.ndata["inner_node"] == 0].to(torch.int64))[0]
+    inner = local.ndata["inner_node"].bool()
+    src, dst = local.edges()
+    # the other end of an edge at an own node is a direct neighbour (stored: in-edges of own
+    # nodes and out-edges to the halo)
+    ends = torch.cat([src[inner[dst]], dst[inner[src]]])
+    ends = ends[~inner[ends]]
+    return torch.unique(local.ndata[dgl.NID][ends].to(torch.int64))
 
 
 def remote_ids(pb) -> torch.Tensor:
@@ -62,7 +73,7 @@ def by_frequency(input_nodes: Iterable[torch.Tensor], pb, g, rows: int) -> torch
 
 
 def by_degree(g, pb, rows: int) -> torch.Tensor:
-    """Up to ``rows`` remote node ids: the halo, then the others by global out-degree."""
+    """Up to ``rows`` remote node ids: the 1-hop halo, then the others by global out-degree."""
     halo = halo_ids(g)[:rows]
     room = rows - halo.numel()
     if room <= 0:
