@@ -34,7 +34,8 @@ def test_fault(workspace, case):
     detail = {k: r[k] for k in ("exit_code", "message", "seconds_to_exit", "left_processes",
                                 "left_ports", "left_shm", "left_temp_files", "listening")}
     assert r["exit_code"] == case.code, detail
-    assert r["message"].startswith("error: "), detail
+    if case.code > 0:  # (a launcher killed with -9 says nothing)
+        assert r["message"].startswith("error: "), detail
     for part in case.says:
         assert part in r["message"], detail
     if case.fault in faults.STORAGE:  # the one line names the run folder, not a process
