@@ -1,7 +1,7 @@
 """The prediction consistency harness: for each mode x task x graph kind that predicts, what a
 2-partition prediction job returns equals one process running the checkpointed model over the
 whole graph with full neighbourhoods, in every one of many repeats, half of them with one rank's
-restore delayed.
+restore delayed; and each case's run, trained twice with one seed, is the same run.
 
 Each case trains one epoch on a tiny graph (2 random partitions, 2 trainers), then one job
 (:mod:`tests.dist.predict_repeats`) restores and predicts :data:`REPEATS` times, scrambling the
@@ -89,9 +89,30 @@ sampled: {{fanouts: [1000, 1000], batch_size: 64, eval_batch_size: 64, embedding
 
 
 def _train(cfg: Path, name: str, *sets: str) -> RunFolder:
-    run = cfg.parent / name
-    jobs.train(cfg, run, *sets)
-    return RunFolder(run)
+    """The case's run, trained twice with the same seed: the same run, every epoch's figures
+    and every checkpointed tensor (server-held embedding tables included) bit for bit."""
+    runs = [cfg.parent / f"{name}{k}" for k in (1, 2)]
+    for run in runs:
+        jobs.train(cfg, run, *sets)
+    first, second = ([_figures(r) for r in jobs.epochs(run)] for run in runs)
+    assert first == second and all(len(r) >= 3 for r in first), (first, second)
+    _assert_same_state(*(checkpoint.read(run / "checkpoint.pt")["model"] for run in runs))
+    return RunFolder(runs[0])
+
+
+def _figures(record: dict) -> dict:
+    """An epoch's loss and metrics (not its timings or memory, which measure the machine)."""
+    return {k: v for k, v in record.items()
+            if k in ("epoch", "loss") or k.startswith(("train_", "val_", "test_"))}
+
+
+def _assert_same_state(a: dict, b: dict, where: str = "") -> None:
+    assert sorted(a) == sorted(b), where
+    for key, value in a.items():
+        if isinstance(value, dict):
+            _assert_same_state(value, b[key], f"{where}{key}.")
+        else:
+            assert torch.equal(value, b[key]), f"{where}{key} differs between same-seed runs"
 
 
 def _repeat_job(run: RunFolder, pairs: bool = False) -> list[dict[str, dict]]:
