@@ -42,9 +42,10 @@ def out_degrees(g) -> torch.Tensor:
     """Every node's out-degree in the whole graph (collective: each trainer counts the sources
     of its share of its partition's edges, then the counts are summed).
 
-    ``DistGraph.out_degrees`` counts only the edges stored in the node's own partition: DGL
-    stores an edge with its destination's partition, so it misses edges into other partitions
-    and, with 2-hop halos, counts edges among halo nodes.
+    ``DistGraph.out_degrees`` counts only the out-edges stored in the node's own partition
+    (DGL 2.1 ``graph_services._out_degrees``): a partition stores its nodes' in-edges, plus
+    its halo's with 2-hop halos, so the count misses edges into other partitions and depends
+    on the halo depth.
     """
     mine = dgl.distributed.edge_split(torch.ones(g.num_edges(), dtype=torch.bool),
                                       g.get_partition_book(), force_even=False)
