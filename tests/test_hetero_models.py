@@ -117,7 +117,7 @@ def test_relation_fanouts_override_named_relations_and_are_checked():
     graph lacks, a wrong length or a negative fanout is one line."""
     from dsgraph import config as cfgmod
     from dsgraph.errors import ConfigError
-    from dsgraph.modes.sampled_hetero import layer_fanouts
+    from dsgraph.modes.sampled.typed import layer_fanouts
     cfg = cfgmod.load(None, ["sampled.fanouts=[10, 5]",
                              "sampled.relation_fanouts={cites: [0, 3]}"])
     per_layer = layer_fanouts(cfg, ETYPES)

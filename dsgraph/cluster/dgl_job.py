@@ -3,6 +3,8 @@ one-host fixes of :mod:`dsgraph.cluster.dgl_compat` applied in every process."""
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -12,6 +14,25 @@ from dsgraph.cluster.ports import free_port_range
 from dsgraph.cluster.spec import plan_machines, write_ip_config
 from dsgraph.config import ClusterConfig
 from dsgraph.fsutil import storage_errors
+
+# What a trainer is told by :func:`run_dgl_job` (read back by :meth:`TrainerContext.from_env`).
+_ENV_IP_CONFIG, _ENV_PART_CONFIG, _ENV_GRAPH = "DGL_IP_CONFIG", "DGL_CONF_PATH", "DSGRAPH_DGL_GRAPH"
+
+
+@dataclass(frozen=True)
+class TrainerContext:
+    """A trainer's view of its DGL job: the servers' address file, the name its DistGraph
+    opens and its machine's partition JSON (the one home of these environment names)."""
+
+    ip_config: str
+    graph_name: str
+    part_config: Path
+
+    @classmethod
+    def from_env(cls) -> "TrainerContext":
+        """The context :func:`run_dgl_job` gave this process."""
+        return cls(os.environ[_ENV_IP_CONFIG], os.environ[_ENV_GRAPH],
+                   Path(os.environ[_ENV_PART_CONFIG]))
 
 
 def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, trainer_module: str,
@@ -36,7 +57,7 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
     token = None if stock else shm.new_token()
     master_port = free_port_range(1)
     common = {"DGL_NUM_SERVER": str(S), "DGL_NUM_CLIENT": str(num_clients),
-              "DGL_NUM_SAMPLER": str(K), "DGL_IP_CONFIG": str(ip_config),
+              "DGL_NUM_SAMPLER": str(K), _ENV_IP_CONFIG: str(ip_config),
               "DGL_GRAPH_FORMAT": "csc", "DGL_DIST_MAX_TRY_TIMES": "60"}
     with Launcher(run_dir, cluster, timeout_s, shm_token=token, snapshot_shm=stock) as launcher:
         for m in machines:
@@ -49,7 +70,7 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
                 graph_m = dgl_compat.machine_graph_name(meta["graph_name"], token, m.index)
                 env_m.update({dgl_compat.ENV_MACHINE: str(m.index), dgl_compat.ENV_TOKEN: token,
                               dgl_compat.ENV_GRAPH: graph_m})
-            env_m.update(DGL_CONF_PATH=str(cfg_m), DSGRAPH_DGL_GRAPH=graph_m)
+            env_m.update({_ENV_PART_CONFIG: str(cfg_m), _ENV_GRAPH: graph_m})
             for j in range(S):
                 sid = m.index * S + j
                 launcher.start(m, f"server{sid}",

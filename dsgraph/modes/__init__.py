@@ -7,11 +7,11 @@ line of :data:`MODES`."""
 from __future__ import annotations
 
 import importlib
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsgraph.errors import ConfigError
+from dsgraph.partition.meta import partitions_are_hetero
+from dsgraph.tasks import task_class
 
 if TYPE_CHECKING:
     from dsgraph.config import Config
@@ -21,39 +21,20 @@ MODES = {"sampled": "dsgraph.modes.sampled:SampledStrategy", "sar": "dsgraph.mod
          "dsmpnn": "dsgraph.modes.dsmpnn:DsmpnnStrategy"}
 
 
-# (train.mode, task.name) -> the Strategy class when a task needs its own (edge batches, say).
-TASK_STRATEGIES = {("sampled", "link_prediction"): "dsgraph.modes.sampled_link:LinkSampledStrategy",
-                   ("sar", "link_prediction"): "dsgraph.modes.sar_link:SarLinkStrategy"}
+# (train.mode, what the task trains on) -> the Strategy class when that needs its own.
+TASK_STRATEGIES = {("sar", "edges"): "dsgraph.modes.sar_link:SarLinkStrategy"}
 
-
-# train.mode -> the Strategy class of heterogeneous graphs (partitions with several node types).
-HETERO_STRATEGIES = {"sampled": "dsgraph.modes.sampled_hetero:HeteroSampledStrategy"}
-HETERO_TASKS = ("node_classification",)
+# The modes that train partitioned graphs, and those of them that train heterogeneous ones.
+GRAPH_MODES, HETERO_MODES = ("sampled", "sar"), ("sampled",)
 
 
 def strategy_class(cfg: "Config") -> type:
-    """The Strategy class that runs ``cfg``: its ``train.mode``, the task it trains and whether
-    its partitions hold a heterogeneous graph."""
-    mode, task = cfg.train.mode, cfg.task_name
-    target = TASK_STRATEGIES.get((mode, task), MODES[mode])
-    if mode in ("sampled", "sar") and partitions_are_hetero(cfg):
-        if mode not in HETERO_STRATEGIES:
-            raise ConfigError(f"{cfg.source}: train.mode: heterogeneous graphs train in "
-                              f"{', '.join(map(repr, HETERO_STRATEGIES))}, got {mode!r}")
-        if task not in HETERO_TASKS:
-            raise ConfigError(f"{cfg.source}: task.name: heterogeneous graphs train "
-                              f"{', '.join(map(repr, HETERO_TASKS))}, got {task!r}")
-        target = HETERO_STRATEGIES[mode]
+    """The Strategy class that runs ``cfg``: its ``train.mode``, what its task trains on and
+    whether its partitions hold a heterogeneous graph."""
+    mode = cfg.train.mode
+    if mode in GRAPH_MODES and mode not in HETERO_MODES and partitions_are_hetero(cfg):
+        raise ConfigError(f"{cfg.source}: train.mode: heterogeneous graphs train in "
+                          f"{', '.join(map(repr, HETERO_MODES))}, got {mode!r}")
+    target = TASK_STRATEGIES.get((mode, task_class(cfg.task_name).trains_on), MODES[mode])
     module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
-
-
-def partitions_are_hetero(cfg: "Config") -> bool:
-    """Whether the run's partition JSON lists several node or edge types (False while it does
-    not exist or cannot be read: the strategy's prepare reports that)."""
-    path = Path(cfg.partition.out_dir) / f"{cfg.partition.graph_name}.json"
-    try:
-        meta = json.loads(path.read_text())
-        return len(meta["ntypes"]) > 1 or len(meta["etypes"]) > 1
-    except (OSError, ValueError, KeyError, TypeError):
-        return False

@@ -74,7 +74,7 @@ class SarStrategy(Strategy):
     def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """One full-graph step; the loss of every worker's labelled nodes, summed."""
         sent0 = self.w.comm.bytes_sent
-        # the loss outside: see dsgraph/modes/sampled.py
+        # the loss outside: see dsgraph/modes/sampled/runtime.py
         with compression_context(self.cfg.compression) as compressor, (
                 self.w.rebuild_inputs([self.x], compressor) if self.cfg.sar.rebuild_inputs
                 else contextlib.nullcontext()):

@@ -41,9 +41,9 @@ from dsgraph.sar.comm import Comm
 from dsgraph.sar.model import prepare_model
 from dsgraph.sar.rows import RowPlan, exchange, fetch_rows
 from dsgraph.tasks.evaluation import split_figures
-from dsgraph.tasks.link_prediction import LinkPrediction, hits_threshold, make_decoder
+from dsgraph.tasks.link_prediction import (LinkPrediction, embedding_width, hits_threshold,
+                                           make_decoder)
 from dsgraph.trainer import Trainer
-from dsgraph.modes.sampled_link import embedding_width
 from dsgraph.modes.sar import SarStrategy
 
 EDGES_PER_FETCH = 1024  # held-out edges scored per row fetch (bounds the fetched rows)
@@ -154,7 +154,7 @@ class SarLinkStrategy(SarStrategy):
             checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank))
         neg = torch.randint(0, len(self.new_of), (len(self.pos), self.cfg.task.negatives),
                             generator=gen)
-        # the loss outside: see dsgraph/modes/sampled.py
+        # the loss outside: see dsgraph/modes/sampled/runtime.py
         with compression_context(self.cfg.compression) as compressor, (
                 self.w.rebuild_inputs([self.x], compressor) if self.cfg.sar.rebuild_inputs
                 else contextlib.nullcontext()):
@@ -202,8 +202,5 @@ class SarLinkStrategy(SarStrategy):
         h = trainer.model(self.w.graph, self.x)
         asked = self.pairs if trainer.rank == 0 else np.zeros((0, 2), dtype=np.int64)
         ids = torch.from_numpy(self.new_of[asked])
-        score = self._scores(h, trainer.model.link_decoder, ids[:, 0], ids[:, 1]).double()
-        if trainer.rank != 0:
-            return None
-        return {"src": self.pairs[:, 0], "dst": self.pairs[:, 1],
-                "score": score.float().numpy(), "prob": torch.sigmoid(score).float().numpy()}
+        score = self._scores(h, trainer.model.link_decoder, ids[:, 0], ids[:, 1])
+        return self.task.pair_outputs(self.pairs, score) if trainer.rank == 0 else None

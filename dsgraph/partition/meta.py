@@ -92,6 +92,21 @@ def show_value(value: Any) -> str:
     return value if value == UNSET else json.dumps(value)
 
 
+def is_hetero(meta: dict) -> bool:
+    """Whether a partition JSON lists several node or edge types."""
+    return len(meta["ntypes"]) > 1 or len(meta["etypes"]) > 1
+
+
+def partitions_are_hetero(cfg: Any) -> bool:
+    """Whether the run's partition JSON holds a heterogeneous graph (False while it does not
+    exist or cannot be read: the mode's prepare reports that)."""
+    path = Path(cfg.partition.out_dir) / f"{cfg.partition.graph_name}.json"
+    try:
+        return is_hetero(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def read_meta(part_json: str | Path, redo: str = REDO) -> dict:
     """The partition JSON, checked to hold consistent DGL keys and a well-formed integrity block.
 

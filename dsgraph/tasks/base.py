@@ -22,6 +22,9 @@ class Task(abc.ABC):
 
     name: ClassVar[str]
     num_sums: int  # length of :meth:`metric_sums`' list (a constant, or set by :meth:`bind`)
+    # What a training step's seeds are: "nodes" (their rows) or "edges" (node pairs scored
+    # from the endpoints' rows); a mode picks its batches by it.
+    trains_on: ClassVar[str] = "nodes"
     # Evaluation key that picks the run's best model; None: keep the last.
     selection_metric: ClassVar[Optional[str]] = None
     # Whether a lower selection metric is better (an error) rather than a higher (a score).

@@ -57,6 +57,15 @@ def reciprocal_ranks(scores: np.ndarray) -> np.ndarray:
     return 1.0 / (0.5 * (optimistic + pessimistic) + 1.0)
 
 
+DEFAULT_HIDDEN = 128  # the built-in models' default model.args.hidden
+
+
+def embedding_width(args: dict) -> int:
+    """The embedding width: ``model.args.hidden`` (the built-in models' default otherwise)."""
+    hidden = args.get("hidden", DEFAULT_HIDDEN)
+    return hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else DEFAULT_HIDDEN
+
+
 def hits_threshold(shared_negatives: np.ndarray, k: int) -> float:
     """The K-th highest score of the shared negative pairs (OGB's Hits@K: a positive counts if
     it scores strictly above it); -inf when there are fewer than K negatives."""
@@ -75,6 +84,7 @@ class LinkPrediction(Task):
     """
 
     name = "link_prediction"
+    trains_on = "edges"
     num_sums = 3
     selection_metric = "val_mrr"
 
@@ -136,6 +146,14 @@ class LinkPrediction(Task):
         order = np.argsort(ids, kind="stable")
         return {key: np.asarray(ids)[order].astype(np.int64),
                 "embedding": torch.as_tensor(out)[torch.from_numpy(order)].numpy()}
+
+    @staticmethod
+    def pair_outputs(pairs: np.ndarray, score: torch.Tensor) -> dict[str, np.ndarray]:
+        """The columns ``python -m predict --pairs`` writes: each pair's ``src`` and ``dst``
+        (original ids), the decoder's ``score`` (logit) and ``prob`` (its sigmoid)."""
+        score = score.double()
+        return {"src": pairs[:, 0], "dst": pairs[:, 1], "score": score.float().numpy(),
+                "prob": torch.sigmoid(score).float().numpy()}
 
     @classmethod
     def check_outputs(cls, embeddings: bool, model_probe: Optional[torch.nn.Module]) -> None:

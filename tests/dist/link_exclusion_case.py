@@ -50,7 +50,7 @@ def main(out: str) -> None:
     stock = dgl.dataloading.NeighborSampler([50, 50]).sample_blocks(dg, seeds, exclude_eids=eids)
     pairs = torch.stack([src, dst], 1)
     ours = PairExcludingSampler([50, 50]).sample_pairs(dg, seeds, pairs)
-    index = LocalIndex.build(dg)  # sampled_link's sampler with sampled.local_sampling
+    index = LocalIndex.build(dg)  # the edge batches' sampler with sampled.local_sampling
     local = PairExcludingSampler([50, 50], lambda g, s, f: local_frontier(g, index, s, f))
     sampled = local.sample_pairs(dg, seeds, pairs)[2]
     edges = sum(b.num_edges() for b in sampled)

@@ -195,7 +195,7 @@ class TwoConv(nn.Module):
 
 
 def test_plug_in_model_reading_a_missing_block_names_the_fanouts(graph_setup):
-    from dsgraph.modes.sampled import FanoutBlocks
+    from dsgraph.modes.sampled.source import FanoutBlocks
 
     _, cfg_path = graph_setup
     import dgl

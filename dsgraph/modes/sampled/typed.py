@@ -1,4 +1,4 @@
-"""``train.mode: sampled`` on a heterogeneous graph: typed mini-batches from DistGraph servers.
+"""Typed node batches: seeds are a heterogeneous graph's labelled nodes of its target type.
 
 Seeds are the target node type's labelled nodes (the type the partition JSON names
 ``target_ntype``), split evenly over trainers. Each layer samples ``sampled.fanouts`` neighbours
@@ -19,18 +19,14 @@ layer's relations out of featured types aggregate their source rows one owning p
 from __future__ import annotations
 
 import json
-import os
-import statistics
-import time
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import dgl
 import torch
 from torch import nn
 
 from dsgraph import checkpoint, dist, remat
-from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
 from dsgraph.distgraph.budget import feature_budget_bytes
@@ -40,12 +36,13 @@ from dsgraph.errors import ConfigError, DataError
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
-from dsgraph.trainer import Trainer
-from dsgraph.modes.sampled import PRESAMPLE_BATCHES, DistGraphStrategy
+from dsgraph.modes.sampled.source import PRESAMPLE_BATCHES, Batch, BatchSource, seeded_sampling
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
 PROBE_WIDTH = 4
 SPLITS = ("train", "val", "test")
+# The tasks typed batches train (their targets are the target type's labels).
+TASKS = ("node_classification",)
 
 
 def layer_fanouts(cfg: Config, etypes: Sequence[tuple[str, str, str]]
@@ -70,14 +67,19 @@ def build_hetero_model(cfg: Config, widths: dict[str, int], num_classes: int,
                        {**cfg.model.args, "etypes": [tuple(e) for e in etypes]})
 
 
-class HeteroSampledStrategy(DistGraphStrategy):
-    """Sampled relational message passing on a partitioned heterogeneous graph."""
+class TypedNodeBatches(BatchSource):
+    """Mini-batches of a heterogeneous graph's target-type training nodes."""
+
+    ddp = False  # see the module docstring
 
     @staticmethod
     def prepare(cfg: Config) -> Path:
-        """Launcher side: the partitions exist; the options this mode has not got are refused;
-        the model builds over the graph's types and has one layer per fanout."""
+        """The partitions exist; the options this source has not got are refused; the model
+        builds over the graph's types and has one layer per fanout."""
         s = cfg.sampled
+        if cfg.task_name not in TASKS:
+            raise ConfigError(f"{cfg.source}: task.name: heterogeneous graphs train "
+                              f"{', '.join(map(repr, TASKS))}, got {cfg.task_name!r}")
         if s.feature_cache_policy != "frequency":
             raise ConfigError(f"{cfg.source}: sampled.feature_cache_policy: heterogeneous graphs "
                               f"rank cached rows by 'frequency', got "
@@ -102,24 +104,23 @@ class HeteroSampledStrategy(DistGraphStrategy):
                               f"{layers}; give one fanout per layer")
         return path
 
-    def setup(self, trainer: Trainer) -> nn.Module:
-        """Open the DistGraph, split the target type's labelled nodes, build inputs and model."""
-        self.g = g = dgl.distributed.DistGraph(os.environ["DSGRAPH_DGL_GRAPH"])
-        self.pb = g.get_partition_book()
-        meta = json.loads(Path(os.environ["DGL_CONF_PATH"]).read_text())
+    def setup(self, trainer: Any) -> nn.Module:
+        """Split the target type's labelled nodes, build inputs (seeded tables) and model."""
+        g, s = self.g, self.cfg.sampled
+        meta = json.loads(self.part_config.read_text())
         self.target = t = meta["target_ntype"]
         data = g.nodes[t].data
         self.split = {name: dgl.distributed.node_split(data[f"{name}_mask"], self.pb, ntype=t,
                                                        force_even=True) for name in SPLITS}
-        self.task.check_labels(data["label"].dtype, os.environ["DGL_CONF_PATH"])
+        self.task.check_labels(data["label"].dtype, str(self.part_config))
         self.label = data["label"]
         self.task.bind(int(meta["num_classes"]),
                        lambda: self.task.target(self.label[self.split["train"]]))
-        self.fanouts = layer_fanouts(self.cfg, g.canonical_etypes)
-        self.sampler = dgl.dataloading.NeighborSampler(self.fanouts)
-        inputs = HeteroInputs(g, self.cfg.sampled.embedding_dim)
+        self.num_scores = self.task.num_sums
+        self.sampler = dgl.dataloading.NeighborSampler(layer_fanouts(self.cfg,
+                                                                     g.canonical_etypes))
+        inputs = HeteroInputs(g, s.embedding_dim)
         inputs.seed_tables(self.cfg.train.seed)
-        s = self.cfg.sampled
         budget = feature_budget_bytes(s.feature_memory_mb, inputs.own_feature_bytes(), 1,
                                       self.cfg.cluster.trainers_per_machine)
         if budget > 0:
@@ -129,55 +130,64 @@ class HeteroSampledStrategy(DistGraphStrategy):
         self.dtype = trainer.dtype
         if s.rematerialize:
             remat.install(model)
-        self.sparse_opt = inputs.sparse_optimizer(self.cfg.sampled.embedding_lr)
+        self.sparse_opt = inputs.sparse_optimizer(s.embedding_lr)
         self.inputs = inputs
-        bs = self.cfg.sampled.batch_size
         # Every trainer runs as many batches as the one with most seeds (the sparse step is
         # collective); the others wrap around their seeds, so each needs one.
         fewest, most = dist.all_max([-float(self.split["train"].numel()),
                                      float(self.split["train"].numel())])
         if fewest == 0:
-            raise DataError(f"{os.environ['DGL_CONF_PATH']}: a trainer got no training node of "
-                            f"type {t!r} ({int(most)} at most per trainer); use fewer "
-                            f"trainers or more training nodes")
-        self.steps_per_epoch = int((most + bs - 1) // bs)
+            raise DataError(f"{self.part_config}: a trainer got no training node of type {t!r} "
+                            f"({int(most)} at most per trainer); use fewer trainers or more "
+                            f"training nodes")
+        self.steps_per_epoch = int((most + s.batch_size - 1) // s.batch_size)
         return HeteroNet(inputs, model, t)
 
-    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
-        """One pass over this trainer's training nodes in a fresh order."""
-        seed = checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank)
+    def epoch(self, seed: int) -> Callable[[], Iterator[Batch]]:
+        """This trainer's training nodes in a fresh order, wrapped around to the common number
+        of batches."""
         train = self.split["train"]
         order = train[torch.randperm(train.numel())]
         bs, steps = self.cfg.sampled.batch_size, self.steps_per_epoch
         if order.numel():
             order = order.repeat((steps * bs + order.numel() - 1) // order.numel())[:steps * bs]
-        loss_sum = seeds_seen = 0.0
-        scores = [0.0] * self.task.num_sums
+
+        def batches() -> Iterator[Batch]:
+            for input_nodes, seeds, blocks in self.sample(order):
+                yield Batch(seeds.numel(), input_nodes, blocks,
+                            self.task.target(self.label[seeds]))
+        return lambda: seeded_sampling(seed, batches())
+
+    def forward(self, module: nn.Module, batch: Batch) -> torch.Tensor:
+        """The target-type seeds' rows."""
+        return module(self._first_block(batch.blocks), batch.x)
+
+    def loss(self, batch: Batch, out: torch.Tensor) -> torch.Tensor:
+        """The task's loss of the seeds' rows."""
+        return self.task.loss(out, batch.target)
+
+    def after_step(self) -> None:
+        """The embedding tables' sparse step (collective)."""
+        if self.sparse_opt is not None:
+            self.sparse_opt.step()
+
+    def reset_figures(self) -> None:
+        """Cache counters at zero."""
         self.inputs.reset_figures()
-        dgl.seed(seed)
-        # Every trainer starts the clock together; this also keeps the next sparse step off
-        # the embedding tables until rank 0 has read them for the last epoch's checkpoint.
-        dist.barrier()
-        t0 = time.perf_counter()
-        for input_nodes, seeds, blocks in self.sample(order):
-            y = self.task.target(self.label[seeds])
-            with compression_context(self.cfg.compression):
-                out = trainer.model(self._first_block(blocks), input_nodes)
-            loss = self.task.loss(out, y)
-            trainer.step(loss)
-            if self.sparse_opt is not None:
-                self.sparse_opt.step()
-            loss_sum += loss.item() * seeds.numel()
-            scores = [a + b for a, b in zip(scores, self.task.metric_sums(out.detach(), y))]
-            seeds_seen += seeds.numel()
-            trainer.advance(loss=loss.item(), seeds_s=seeds_seen / (time.perf_counter() - t0))
-        train_s = dist.all_max([time.perf_counter() - t0])[0]
-        total = dist.all_sum([loss_sum, seeds_seen, *self.inputs.cache_figures(), *scores])
-        return {"loss": total[0] / max(total[1], 1.0), **self.task.metrics(total[5:], "train"),
-                "samples_per_s": total[1] / train_s, "batches": steps * trainer.world,
-                "remote_feature_bytes": int(total[2]),
+
+    def figures(self) -> list[float]:
+        """Remote feature bytes, cache hits, foreign rows read."""
+        return list(self.inputs.cache_figures())
+
+    def figure_record(self, totals: list[float]) -> dict[str, Any]:
+        """Traffic keys of an epoch's record."""
+        return {"remote_feature_bytes": int(totals[0]),
                 # of the feature rows owned by another partition, the share the caches served
-                "cache_hit_rate": total[3] / total[4] if total[4] else None}
+                "cache_hit_rate": totals[1] / totals[2] if totals[2] else None}
+
+    def cache_bytes(self) -> int:
+        """The feature caches' bytes."""
+        return self.inputs.cache_bytes
 
     def _presample(self, rank: int) -> Iterator[dict[str, torch.Tensor]]:
         """Input nodes of :data:`PRESAMPLE_BATCHES` mini-batches of this trainer's training
@@ -225,14 +235,15 @@ class HeteroSampledStrategy(DistGraphStrategy):
                 for input_nodes, _, blocks in self.sample(ids, bs)]
         return torch.cat(outs) if outs else torch.zeros(0, self.task.head_width(self.task.width))
 
-    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+    def evaluate(self, trainer: Any) -> dict[str, Any]:
         """Validation and test metrics of the target type over all trainers."""
         parts = {name: (self.outputs(trainer.model, self.split[name]),
                         self.task.target(self.label[self.split[name]]))
                  for name in ("val", "test")}
         return split_figures(self.task, parts)
 
-    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
+    def predict(self, trainer: Any, embeddings: bool,
+                pairs: Optional[Any] = None) -> Optional[dict[str, Any]]:
         """Every target-type node's outputs, keyed by its original id, read by rank 0."""
         if embeddings:
             raise ConfigError(f"{self.cfg.source}: --embeddings: not available for "
@@ -255,10 +266,6 @@ class HeteroSampledStrategy(DistGraphStrategy):
         dist.barrier()  # the DistTensor must outlive rank 0's reads
         return out
 
-    def summary(self, trainer: Trainer, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Partitions, target type and the median throughput (the first epoch left out)."""
-        rates = [r["samples_per_s"] for r in records]
-        return {"num_parts": int(self.pb.num_partitions()), "target_ntype": self.target,
-                "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
-                # the largest trainer's caches, ids included
-                "feature_cache_mb": dist.all_max([self.inputs.cache_bytes / 2**20])[0]}
+    def summary(self) -> dict[str, Any]:
+        """The target type."""
+        return {"target_ntype": self.target}
