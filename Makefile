@@ -36,8 +36,9 @@ bench: install
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
 
-# `make test-fast` leaves out the tests marked `slow` (which, see tests/dist/conftest.py): the unit
-# tests and one end-to-end job per train mode (sampled, sar, dsmpnn) remain, a check while working.
+# `make test-fast` leaves out the tests marked `slow` (in tests/dist, every test not decorated
+# `@pytest.mark.fast`: see tests/dist/conftest.py): the unit tests and one end-to-end job per train
+# mode (sampled, sar, dsmpnn) remain, a check while working.
 test-fast: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" $(ARGS)
 

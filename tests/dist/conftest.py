@@ -1,11 +1,11 @@
 """Markers and fixtures of the multi-process tests (tests/dist).
 
-Markers: every test here is marked ``slow`` except those :data:`FAST` names: the unit-level ones
-(no process started) and one end-to-end test per train mode (sampled, sar, dsmpnn).
-``make test-fast`` (``pytest -m "not slow"``) runs those and the tests of tests/ not marked
-``slow`` themselves; ``make test`` runs everything. A new test here is slow until it is added
-to FAST, so the quick subset grows only on purpose; a name in FAST that its file no longer
-defines is reported as a warning.
+Markers: every test here is marked ``slow`` unless it is decorated ``@pytest.mark.fast`` (the
+marker is registered in setup.cfg): the unit-level ones (no process started) and one end-to-end
+test per train mode (sampled, sar, dsmpnn). ``make test-fast`` (``pytest -m "not slow"``) runs
+those and the tests of tests/ not marked ``slow`` themselves; ``make test`` runs everything. A
+new test here is slow until it is decorated ``fast``, so the quick subset grows only on purpose;
+the marker travels with the function, so renaming a test keeps its place in the subset.
 
 Fixtures: ``two_hosts`` (two hosts with their own addresses on one machine), and finished runs
 that several tests only read, each trained once per session (a test that changes a run, e.g.
@@ -14,8 +14,6 @@ resumes it, works on a copy).
 from __future__ import annotations
 
 import dataclasses
-
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,41 +24,12 @@ from tests.dist import jobs
 
 HERE = Path(__file__).resolve().parent
 
-FAST = {
-    # unit level: in-process, on blocks sampled from a local graph
-    "test_sampled_remat.py": {"test_loss_and_gradients_equal_stock",
-                              "test_learnable_input_embeddings",
-                              "test_later_layer_rematerialized",
-                              "test_gat_with_residual_and_activation",
-                              "test_composes_with_int2_compression",
-                              "test_unsupported_first_layer_is_one_line"},
-    "test_stock_link_trainer.py": {"test_stock_trainers_import_no_dsgraph_code",
-                                   "test_stock_link_metrics_equal_dsgraphs",
-                                   "test_stock_link_inputs_refuse_what_the_stock_trainer_cannot_run"},
-    # one end-to-end test per train mode (`python -m train`; the sar and dsmpnn ones resume)
-    "test_sampled.py": {"test_plug_in_model_from_user_module"},
-    "test_sar_train.py": {"test_train_partition_resume_and_modes_agree"},
-    "test_dsmpnn_train.py": {"test_darcy_two_workers_train_resume"},
-}
-
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of tests/dist that FAST does not name ``slow``."""
-    checked = set()
+    """Mark ``slow`` every test of tests/dist not decorated ``@pytest.mark.fast``."""
     for item in items:
-        path = Path(item.path)
-        if path.parent != HERE:
-            continue
-        fast = FAST.get(path.name, set())
-        if path.name not in checked:
-            checked.add(path.name)
-            stale = sorted(n for n in fast if not hasattr(item.module, n))
-            if stale:
-                warnings.warn(pytest.PytestConfigWarning(
-                    f"tests/dist/conftest.py FAST names {', '.join(stale)}, which {path.name} "
-                    f"does not define"))
-        if item.originalname not in fast:
+        if Path(item.path).parent == HERE and item.get_closest_marker("fast") is None:
             item.add_marker(pytest.mark.slow)
 
 

@@ -10,6 +10,7 @@ from tests.dist import jobs
 from tests.dist.jobs import ROOT
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(240)
 def test_darcy_two_workers_train_resume(darcy_two_epochs, darcy_three_epochs, tmp_path):
     summary = jobs.summary(darcy_two_epochs.path)

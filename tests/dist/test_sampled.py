@@ -135,6 +135,7 @@ def docs_model(folder: Path) -> str:
     return "mymodels:TwoLayerSage"
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(300)
 def test_plug_in_model_from_user_module(sampled_graph, tmp_path, monkeypatch):
     """docs/models.md's model, from a user's module (on PYTHONPATH, outside dsgraph), trains in

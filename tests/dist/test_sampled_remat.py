@@ -111,6 +111,7 @@ def batch():
     return blocks, feat, owner, y
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name,args", MODELS)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_loss_and_gradients_equal_stock(batch, name, args, dtype):
@@ -137,6 +138,7 @@ def test_loss_and_gradients_equal_stock(batch, name, args, dtype):
         assert (back == 0) == linear, (name, args, back)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name,args", [MODELS[0], MODELS[3], MODELS[4], MODELS[6]])
 def test_learnable_input_embeddings(batch, name, args):
     from dsgraph.models.registry import build_model
@@ -149,6 +151,7 @@ def test_learnable_input_embeddings(batch, name, args):
     assert gerr["embedding"] <= 1e-9
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name,args", MODELS)
 @pytest.mark.parametrize("chunk_rows", [0, 3])
 def test_later_layer_rematerialized(batch, name, args, chunk_rows):
@@ -184,6 +187,7 @@ class _UserGat(torch.nn.Module):
         return self.layers[1](blocks[1], h).mean(1)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("fc_bias", [False, True], ids=["plain-projection", "projection-with-bias"])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_gat_with_residual_and_activation(batch, layers, fc_bias):
@@ -203,6 +207,7 @@ def test_gat_with_residual_and_activation(batch, layers, fc_bias):
     assert lerr <= 1e-9 and max(gerr.values()) <= 1e-9, gerr
 
 
+@pytest.mark.fast
 def test_composes_with_int2_compression(batch):
     """INT2 inside the groups' backward (GAT: each group's source projection, kept INT2 from
     forward instead of recomputed): the forward stays exact, only the first layer's
@@ -237,6 +242,7 @@ def test_composes_with_int2_compression(batch):
     assert averaged < 0.6 * sorted(single)[len(single) // 2], (averaged, single)
 
 
+@pytest.mark.fast
 def test_unsupported_first_layer_is_one_line(batch):
     import dgl.nn as dglnn
 

@@ -27,6 +27,7 @@ train: {{mode: sar, epochs: 3, lr: 0.02, out_dir: {tmp_path}/run, timeout_s: 150
     assert len(losses) == 3 and losses[-1] < losses[0], losses
 
 
+@pytest.mark.fast
 @pytest.mark.timeout(300)
 def test_train_partition_resume_and_modes_agree(tmp_path):
     cfg = tmp_path / "sar.yaml"

@@ -51,6 +51,7 @@ def imported_modules(path: str) -> set[str]:
 
 @pytest.mark.parametrize("module", [stock_dgl_trainer, stock, stock_dgl_common,
                                     stock_dgl_rgcn_trainer])
+@pytest.mark.fast
 def test_stock_trainers_import_no_dsgraph_code(module):
     # DGL's example logic on the unpatched runtime: nothing of dsgraph (its patches, its
     # samplers, its caches) may reach a stock process, not even through a shared module
@@ -108,6 +109,7 @@ def test_stock_link_trainer_trains_and_ranks(tmp_path, deployment):
     assert 0.0 < summary[f"test_hits{HITS_K}"] <= 1.0, summary
 
 
+@pytest.mark.fast
 def test_stock_link_metrics_equal_dsgraphs():
     rng = np.random.default_rng(0)
     # Small integer scores: many ties between a positive and its negatives.
@@ -123,6 +125,7 @@ def test_stock_link_metrics_equal_dsgraphs():
             shared.astype(np.float64), k)
 
 
+@pytest.mark.fast
 def test_stock_link_inputs_refuse_what_the_stock_trainer_cannot_run():
     ok = config_mod.load("configs/link_prediction.yaml", [])
     stock_link_inputs.check_comparable(ok)
