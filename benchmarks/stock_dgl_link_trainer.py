@@ -1,5 +1,5 @@
 """Stock DistDGL link-prediction trainer: the "stock DGL" peer of dsgraph's sampled
-link-prediction trainer (dsgraph/modes/sampled/edges.py).
+link-prediction trainer (dsgraph/modes/sampled/links.py).
 
 It follows the logic of DGL 2.1's distributed unsupervised GraphSAGE example
 (examples/pytorch/graphsage/dist/train_dist_unsupervised.py at dmlc/dgl v2.1.0; DGL 2.1 has no

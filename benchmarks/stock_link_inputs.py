@@ -82,7 +82,7 @@ def build(cfg: Config, out_dir: Path, num_parts: Optional[int] = None,
         part_method="metis", return_mapping=True, num_trainers_per_machine=trainers_per_machine)
     new_of = np.empty(n, dtype=np.int64)  # original id -> stock partition id
     new_of[orig_nids.numpy()] = np.arange(n, dtype=np.int64)
-    # The negatives dsgraph's evaluation draws (dsgraph/modes/sampled/edges.py): split i's seed is
+    # The negatives dsgraph's evaluation draws (dsgraph/modes/sampled/links.py): split i's seed is
     # dataset.seed + i, val first; the shared Hits@K pairs use dataset.seed.
     arrays = {}
     for i, split in enumerate(("val", "test")):

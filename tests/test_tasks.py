@@ -17,6 +17,7 @@ from sklearn.metrics import (f1_score, mean_absolute_error, mean_squared_error, 
 from dsgraph import config as cfgmod
 from dsgraph.config import TaskConfig
 from dsgraph.config.checks import TASK_TARGETS
+from dsgraph.config.modes import EDGE_TASK_TARGETS, EDGE_TASKS, LINK_TASKS
 from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError, UserError
 from dsgraph.tasks import TASKS, Task, task_class
@@ -55,7 +56,8 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
                            "task.name=node_classification"])
     # what config checks require of the data is what each task declares
     assert TASK_TARGETS == {n: task_class(n).dataset_target for n in TASKS
-                            if n not in ("field_regression", "link_prediction")}
+                            if n not in ("field_regression", *LINK_TASKS, *EDGE_TASKS)}
+    assert EDGE_TASK_TARGETS == {n: task_class(n).edge_target for n in EDGE_TASKS}
 
 
 @pytest.mark.parametrize("sets, message", [
@@ -71,7 +73,21 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
      "'dsmpnn'"),
     (["task.name=unknown"],
      "task.name: expected 'auto' or one of 'node_classification', 'node_regression', "
-     "'multilabel', 'link_prediction' for train.mode 'sampled', got 'unknown'"),
+     "'multilabel', 'link_prediction', 'edge_classification', 'edge_regression' for "
+     "train.mode 'sampled', got 'unknown'"),
+    (["task.name=edge_regression", "train.mode=sar"],
+     "task.name: task 'edge_regression' runs in train.mode 'sampled', got train.mode 'sar'"),
+    (["task.name=edge_classification", "dataset.name=synthetic_hetero"],
+     "dataset.name: task 'edge_classification' reads edge targets from 'synthetic' or 'csv' or "
+     "'file', got 'synthetic_hetero'"),
+    (["task.name=edge_regression", "dataset.target=regression"],
+     "dataset.target: task 'edge_regression' reads its targets from the edges; leave "
+     "dataset.target at 'class', got 'regression'"),
+    (["task.name=edge_classification", "task.negatives=3"],
+     "task.negatives: only task 'link_prediction' reads it; remove it or set task.name, got 3"),
+    (["task.name=edge_classification", "cluster.samplers_per_trainer=1"],
+     "cluster.samplers_per_trainer: task 'edge_classification' samples in the trainer; "
+     "expected 0, got 1"),
     (["task.class_weights=inverse"],
      "task.class_weights: expected one of 'none', 'balanced' or a list, got 'inverse'"),
     (["task.class_weights=[1, -1]"],

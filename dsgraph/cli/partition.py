@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         _print_done(out, path)
         return
     print(f"loading dataset {cfg.dataset.name} ...", flush=True)
-    g = load_graph(cfg.dataset, cfg.task_name)
+    g = load_graph(cfg.dataset, cfg.task_name, cfg.task.edge_split)
     user_ids = user_node_ids(g)  # read before an edge split makes another graph
     link_split = None
     if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dsgraph.config.limits import check_sizes, short_repr
-from dsgraph.config.modes import GRAPH_DATASETS
+from dsgraph.config.modes import EDGE_DATASETS, EDGE_TASKS, GRAPH_DATASETS
 from dsgraph.config.sections import Config, TaskConfig, mode_sections
 from dsgraph.errors import ConfigError
 
@@ -14,7 +14,8 @@ TASK_TARGETS = {"node_classification": "class", "node_regression": "regression",
                 "multilabel": "multilabel"}
 # Tasks whose loss takes task.class_weights, and what one weight is of.
 WEIGHTED_TASKS = {"node_classification": "class", "multilabel": "label"}
-# task keys only link prediction reads (others must leave them at their defaults)
+# task keys only link prediction reads (others must leave them at their defaults; the edge
+# tasks read the first, edge_split)
 LINK_KEYS = ("edge_split", "negatives", "negative_sampler", "loss", "decoder", "eval_negatives",
              "hits_k", "hits_negatives")
 PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (holding meta.yaml)",
@@ -87,6 +88,12 @@ def check_task(cfg: Config) -> None:
     src, d, name, weights = cfg.source, cfg.dataset, cfg.task_name, cfg.task.class_weights
     check_link_keys(cfg)
     wanted = TASK_TARGETS.get(name)
+    if name in EDGE_TASKS and d.name not in EDGE_DATASETS:
+        raise ConfigError(f"{src}: dataset.name: task {name!r} reads edge targets from "
+                          f"{' or '.join(map(repr, EDGE_DATASETS))}, got {short_repr(d.name)}")
+    if name in EDGE_TASKS and d.target != "class":
+        raise ConfigError(f"{src}: dataset.target: task {name!r} reads its targets from the "
+                          f"edges; leave dataset.target at 'class', got {short_repr(d.target)}")
     if wanted is not None and d.target != wanted:
         raise ConfigError(f"{src}: dataset.target: task {name!r} trains on {wanted!r} targets; "
                           f"expected {wanted!r}, got {short_repr(d.target)}")
@@ -118,11 +125,12 @@ def check_link_keys(cfg: Config) -> None:
     src, t = cfg.source, cfg.task
     defaults = TaskConfig()
     if cfg.task_name != "link_prediction":
-        for key in LINK_KEYS:
+        for key in LINK_KEYS[1:] if cfg.task_name in EDGE_TASKS else LINK_KEYS:
             if getattr(t, key) != getattr(defaults, key):
                 raise ConfigError(f"{src}: task.{key}: only task 'link_prediction' reads it; "
                                   f"remove it or set task.name, got {short_repr(getattr(t, key))}")
-        return
+        if cfg.task_name not in EDGE_TASKS:
+            return
     if t.negative_sampler != "uniform" and cfg.train.mode != "sampled":
         # full-batch training has no batch to share negatives within
         raise ConfigError(f"{src}: task.negative_sampler: {t.negative_sampler!r} needs "

@@ -19,8 +19,14 @@ GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
 HETERO_DATASETS = ("synthetic_hetero",)
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
 NODE_TASKS = ("node_classification", "node_regression", "multilabel")
-# Tasks whose training examples are edges (docs/tasks.md): their own strategy per mode.
-EDGE_TASKS = ("link_prediction",)
+# Tasks whose training examples are node pairs with negatives (docs/tasks.md).
+LINK_TASKS = ("link_prediction",)
+# Tasks that learn a target per edge, and what the targets are (each Task class declares the
+# same as ``edge_target``; tests/test_tasks.py checks they agree). Sampled mode only.
+EDGE_TASK_TARGETS = {"edge_classification": "class", "edge_regression": "regression"}
+EDGE_TASKS = tuple(EDGE_TASK_TARGETS)
+# Datasets that carry edge targets (planted in a generated graph, or the user's edge columns).
+EDGE_DATASETS = ("synthetic", "csv", "file")
 
 
 class ModeSection:
@@ -48,10 +54,10 @@ class SampledConfig(ModeSection):
 
     MODE: ClassVar[str] = "sampled"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS + HETERO_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + LINK_TASKS + EDGE_TASKS
 
-    batch_size: int = opt(1024, "seed nodes (`link_prediction`: training edges) per mini-batch "
-                                "and trainer", ge=1, cap=MAX_BATCH)
+    batch_size: int = opt(1024, "seed nodes (edge tasks, `link_prediction`: training edges) per "
+                                "mini-batch and trainer", ge=1, cap=MAX_BATCH)
     fanouts: list = opt(doc="neighbours sampled per layer (input layer first)",
                         factory=lambda: [10, 25], item_ge=1, item_cap=MAX_FANOUT,
                         max_len=MAX_LAYERS)
@@ -111,8 +117,8 @@ class SampledConfig(ModeSection):
             raise ConfigError(f"{cfg.source}: train.dtype: expected 'float32' for train.mode "
                               f"'sampled' (DistGraph serves float32 features), got "
                               f"{cfg.train.dtype!r}")
-        if cfg.task_name in EDGE_TASKS:
-            # Link prediction samples its own edge batches (dsgraph.distgraph.link_sampler).
+        if cfg.task_name in LINK_TASKS + EDGE_TASKS:
+            # Edge batches are sampled in the trainer (dsgraph.modes.sampled.links / .edges).
             if cfg.cluster.samplers_per_trainer:
                 raise ConfigError(f"{cfg.source}: cluster.samplers_per_trainer: task "
                                   f"{cfg.task_name!r} samples in the trainer; expected 0, got "
@@ -138,7 +144,7 @@ class SarConfig(ModeSection):
     MODE: ClassVar[str] = "sar"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
     # link prediction: dsgraph/modes/sar_link.py
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + EDGE_TASKS
+    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + LINK_TASKS
 
     mode: Literal["sar", "sa", "one_shot"] = opt(
         "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "

@@ -153,13 +153,16 @@ class TaskConfig:
 
     name: str = opt("auto", "`node_classification`, `node_regression`, `multilabel`, "
                             "`link_prediction` (modes `sampled`, `sar`), "
+                            "`edge_classification`, `edge_regression` (`sampled`), "
                             "`field_regression` (`dsmpnn`); `auto` = the mode's first")
     class_weights: Union[Literal["none", "balanced"], list] = opt(
         "none", "`node_classification`: loss weight per class; `multilabel`: weight of each "
                 "label's positives; `balanced` = from the training nodes' label counts over all "
                 "ranks (n / (classes * count), negatives / positives), or a list, one number "
                 ">= 0 per class or label", max_len=MAX_WIDTH)
-    edge_split: list = opt(doc="`link_prediction`: `[train, val, test]` fractions of the graph's "
+    edge_split: list = opt(doc="edge tasks: `[train, val, test]` fractions of the labelled "
+                               "edges, drawn with `dataset.seed` when the data has no edge masks; "
+                               "`link_prediction`: fractions of the graph's "
                                "undirected edges, drawn with `dataset.seed` when partitioning; "
                                "validation and test edges (and any rest) are removed from the "
                                "partitioned graph; not used when the dataset ships its own "

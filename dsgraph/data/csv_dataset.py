@@ -17,7 +17,9 @@ boolean or 0/1) are link prediction's split (:class:`dsgraph.data.link_split.Giv
 in ``train_mask`` stay in the graph message passing sees; validation and test pairs leave it in
 both directions (pairs src < dst, duplicates merged); an edge in no mask leaves it too. All three
 or none; an edge in two masks, or an edge ``label`` column (edge labels, negative edges), is
-refused when link prediction asks for the split. Node tasks ignore edge columns.
+refused when link prediction asks for the split. The edge tasks read edge ``label`` (a
+number, or a quoted list of numbers, per edge) and the same masks as their split (or draw it
+with ``task.edge_split``). Node tasks ignore edge columns.
 
 DGL caches the parsed graph in ``<folder>/<dataset_name>/`` and reuses it even after the CSV
 files change; here its cache goes to ``<cache_dir>/csv-<hash of the files' contents>/`` instead,
@@ -41,6 +43,7 @@ from dgl.data import CSVDataset
 
 from dsgraph.data.arrays import (MASKS, Sources, finish, label_columns, link_placeholder_masks,
                                  short_error, user_path)
+from dsgraph.data.edge_targets import EDGE_KEYS, edge_target_arrays, with_edge_targets
 from dsgraph.data.link_split import GivenSplit, attach_given_split
 from dsgraph.config.limits import short_repr
 from dsgraph.errors import DataError, StorageError
@@ -55,7 +58,8 @@ _USER_IDS = "_dsgraph_user_node_ids"
 def files_digest(folder: Path, names: Sequence[str]) -> str:
     """A short hash of ``meta.yaml`` and the named files' contents (the cache key)."""
     # "edge-masks": caches written before edge masks were parsed lack them
-    h = hashlib.sha1(f"dgl-csv edge-masks {dgl.__version__}".encode())
+    # "edge-labels": caches written before edge label values were kept hold ones
+    h = hashlib.sha1(f"dgl-csv edge-masks edge-labels {dgl.__version__}".encode())
     for name in (META, *names):
         h.update(name.encode() + b"\0")
         with open(folder / name, "rb") as fh:
@@ -112,14 +116,12 @@ class NodeColumns:
         return np.stack([np.full(width, np.nan) if r is None else r for r in rows])
 
 
-class EdgeColumns:
-    """DGL ``edata_parser``: the edge masks (checked 0/1) and whether a ``label`` column exists."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
+class EdgeColumns(NodeColumns):
+    """DGL ``edata_parser``: the edge masks (checked 0/1) and ``label`` (edge tasks' targets:
+    a number, or a quoted list of numbers, per edge; empty for unlabelled)."""
 
     def __call__(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
-        """The masks of ``df`` as uint8; ``label`` as a column of ones when present."""
+        """The masks of ``df`` as uint8; ``label`` as float64 rows (edges x values)."""
         out = {}
         for key in MASKS:
             if key in df.columns:
@@ -133,7 +135,9 @@ class EdgeColumns:
                                     f"{str(col.iloc[first])[:40]!r} at line {first + 2}")
                 out[key] = values.astype(np.uint8)
         if "label" in df.columns:
-            out["label"] = np.ones(len(df), dtype=np.uint8)
+            col = df["label"]
+            out["label"] = (self._vectors("label", col) if not pd.api.types.is_numeric_dtype(col)
+                            else col.to_numpy(np.float64)[:, None])
         return out
 
 
@@ -162,15 +166,19 @@ class _CachedCSVDataset(CSVDataset):
 
 def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLike = "data",
                      split: Optional[Sequence[float]] = None, seed: int = 0,
-                     reverse_edges: bool = False, target: str = "class", link: bool = False
-                     ) -> dgl.DGLGraph:
+                     reverse_edges: bool = False, target: str = "class", link: bool = False,
+                     edge_task: Optional[tuple[str, Sequence[float]]] = None) -> dgl.DGLGraph:
     """Read and check a DGL CSV dataset folder; return the DGLGraph (ndata feat, label, masks).
 
     ``split`` (train, val, test fractions, drawn with ``seed`` among labelled nodes) replaces the
     file's masks and is required when it has none; ``reverse_edges`` appends every edge reversed;
     ``target`` is what ``label`` holds (``dataset.target``). ``link`` (link prediction, which
     reads no node labels or masks): a missing ``label`` or missing masks get placeholders.
+    ``edge_task`` (the target kind and ``task.edge_split``): node labels and masks are read as
+    for link prediction, and the edge columns give the edge targets
+    (:mod:`dsgraph.data.edge_targets`).
     """
+    link = link or edge_task is not None
     folder = user_path(path, "DGL CSV dataset folder", f"the folder holding {META}", folder=True)
     node_file, edge_file, names, meta = _check_meta(folder)
     cache = Path(cache_dir) / f"csv-{files_digest(folder, names)}"
@@ -186,9 +194,16 @@ def load_csv_dataset(path: str | os.PathLike | None, cache_dir: str | os.PathLik
         nd = link_placeholder_masks(nd)
     out = finish(where, src, dst, nd, split, seed, reverse_edges, unlabelled_ok=True,
                  target=target)
-    given = _edge_split(g, str(folder / edge_file), src, dst)
     ids = csv_node_ids(folder, meta, meta["node_data"][0], out.num_nodes())
     attach_user_ids(out, {out.ntypes[0]: ids})
+    if edge_task is not None:
+        kind, fractions = edge_task
+        columns = {k: g.edata[k].numpy() for k in EDGE_KEYS if k in g.edata}
+        if "label" in columns and kind == "class":
+            columns["label"] = columns["label"].astype(np.float64)
+        return with_edge_targets(out, edge_target_arrays(
+            str(folder / edge_file), columns, g.num_edges(), kind, fractions, seed))
+    given = _edge_split(g, str(folder / edge_file), src, dst)
     return out if given is None else attach_given_split(out, given)
 
 

@@ -6,13 +6,15 @@ labels (float32, nodes x columns)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import dgl
 
 from dsgraph.config import DatasetConfig
+from dsgraph.config.modes import EDGE_TASK_TARGETS
 from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
+from dsgraph.data.edge_targets import edge_target_arrays, planted_targets, with_edge_targets
 from dsgraph.data.files import load_graph_file
 from dsgraph.data.hetero import generate_hetero, is_hetero_csv, is_hetero_ogb, target_ntype
 from dsgraph.data.hetero_files import load_csv_hetero, load_ogb_hetero
@@ -26,12 +28,18 @@ from dsgraph.data.chunks import GRAPH_KEYS
 NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
 
-def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+def load_graph(cfg: DatasetConfig, task: Optional[str] = None,
+               edge_split: Sequence[float] = (0.85, 0.05, 0.1)) -> dgl.DGLGraph:
     """The DGLGraph for ``cfg`` (ndata: feat, label as ``cfg.target`` says, *_mask); it may
     carry the dataset's own edge split (:func:`dsgraph.data.link_split.given_split`) and, for
     DGL CSV folders, the user's node ids (:func:`dsgraph.data.csv_dataset.user_node_ids`; other
     formats' ids are positions). ``task``
-    (``task.name``, when known) refuses a dataset that cannot serve it."""
+    (``task.name``, when known) refuses a dataset that cannot serve it; an edge task's graph
+    carries edge targets (:mod:`dsgraph.data.edge_targets`; ``edge_split``: ``task.edge_split``,
+    drawn where the data has no edge masks)."""
+    kind = EDGE_TASK_TARGETS.get(task or "")
+    if kind is not None:
+        return _load_edge_task(cfg, task, kind, edge_split)
     if cfg.name in ("file", "csv", "ogb"):
         g = _load_file_dataset(cfg, task)
     elif cfg.name == "chunked":
@@ -48,6 +56,27 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
         raise DataError(f"dataset.train_frac: {cfg.train_frac} of {g.num_nodes(ntype)} nodes gives no "
                         f"training node; raise dataset.train_frac or dataset.num_nodes")
     return g
+
+
+def _load_edge_task(cfg: DatasetConfig, task: str, kind: str,
+                    edge_split: Sequence[float]) -> dgl.DGLGraph:
+    """A graph with edge targets: planted in a generated graph, or a user's edge columns
+    (config.modes.EDGE_DATASETS)."""
+    if cfg.name == "synthetic":
+        g = _load_synthetic(cfg)
+        src, dst = (t.numpy() for t in g.edges())
+        label = planted_targets(g.ndata["label"].numpy(), cfg.num_classes, src, dst, kind,
+                                cfg.seed)
+        return with_edge_targets(g, edge_target_arrays("the generated graph", {"label": label},
+                                                       len(src), kind, edge_split, cfg.seed))
+    if cfg.name == "file":
+        return load_graph_file(cfg.path, None, cfg.seed, cfg.add_reverse_edges is True,
+                               edge_task=(kind, edge_split))
+    if is_hetero_csv(cfg.path):
+        raise DataError(f"{cfg.path}: task {task!r} reads edge targets from a DGL CSV folder of "
+                        f"one node and edge type; this folder holds several")
+    return load_csv_dataset(cfg.path, cfg.cache_dir, None, cfg.seed,
+                            cfg.add_reverse_edges is True, edge_task=(kind, edge_split))
 
 
 def is_hetero(g: dgl.DGLGraph) -> bool:

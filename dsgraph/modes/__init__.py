@@ -22,7 +22,7 @@ MODES = {"sampled": "dsgraph.modes.sampled:SampledStrategy", "sar": "dsgraph.mod
 
 
 # (train.mode, what the task trains on) -> the Strategy class when that needs its own.
-TASK_STRATEGIES = {("sar", "edges"): "dsgraph.modes.sar_link:SarLinkStrategy"}
+TASK_STRATEGIES = {("sar", "links"): "dsgraph.modes.sar_link:SarLinkStrategy"}
 
 # The modes that train partitioned graphs, and those of them that train heterogeneous ones.
 GRAPH_MODES, HETERO_MODES = ("sampled", "sar"), ("sampled",)

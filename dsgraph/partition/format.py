@@ -63,6 +63,7 @@ import torch
 from dgl import DGLGraph
 from dgl.data.utils import save_tensors
 
+from dsgraph.data.edge_targets import EDGE_KEYS, user_edges
 from dsgraph.errors import DataError, StorageError, UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
 from dsgraph.partition.integrity import graph_fingerprint, integrity_block, verify_files
@@ -106,6 +107,8 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
                   "ntypes": {"_N": 0}, "etypes": {"_N:_E:_N": 0}}
     if "label" in g.ndata:  # extra key (ignored by DGL): trainers size the output layer from it
         meta.update(label_meta(g.ndata["label"]))
+    if "label" in g.edata:  # an edge task's targets: sized likewise
+        meta["edge_label"] = {**label_meta(g.edata["label"]), "user_edges": user_edges(g)}
     stats = {**partition_stats(g, assignment, method), **(stats or {}), "parts": []}
     check_free_space(Path(out_dir).parent, files_bytes(g, parts), "the partition files")
     with storage_errors(Path(out_dir) / graph_name, "the partition files"), \
@@ -129,7 +132,8 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
                                    "halo_nodes": int((~inner).sum()), "train_nodes": train})
             feats = {f"_N/{key}": g.ndata[key][owned_orig] for key in g.ndata.keys()}
             feats["_N/orig_id"] = owned_orig.to(torch.int64)
-            meta[f"part-{k}"] = save_part(tmp, Path(out_dir), k, part, feats, {})
+            meta[f"part-{k}"] = save_part(tmp, Path(out_dir), k, part, feats,
+                                          edge_targets(g, part, inner_e, inner_eids))
         if link_split is not None:
             np.savez(tmp / LINK_SPLIT_FILE, **{k: np.asarray(v, dtype=np.int64)
                                               for k, v in link_split.items()})
@@ -183,6 +187,18 @@ def split_parts(src: np.ndarray, dst: np.ndarray, assignment: np.ndarray, num_pa
     parts, _, _ = dgl.partition_graph_with_halo(
         structure, torch.from_numpy(assignment), halo_hops, reshuffle=True)
     return parts
+
+
+def edge_targets(g: DGLGraph, part: DGLGraph, inner_e: torch.Tensor,
+                 inner_eids: torch.Tensor) -> dict:
+    """The edge data of an edge task (:data:`EDGE_KEYS` of ``g.edata``) for the edges ``part``
+    owns, in their new ids' order (DistGraph reads a partition's edge rows by id offset)."""
+    keys = [key for key in EDGE_KEYS if key in g.edata] if "label" in g.edata else []
+    if not keys:
+        return {}
+    orig = part.edata["orig_id"][inner_e][torch.argsort(inner_eids)]
+    return {**{f"_N:_E:_N/{key}": g.edata[key][orig] for key in keys},
+            "_N:_E:_N/orig_id": orig.to(torch.int64)}
 
 
 def label_meta(label: torch.Tensor) -> dict:

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dsgraph.config.modes import EDGE_TASKS
 from dsgraph.errors import DataError
 
 BLOCK = "dsgraph"
@@ -51,11 +52,13 @@ def key_digest(value: Any) -> str:
 def partition_source(cfg: Any) -> dict:
     """The config that decides a partitioning: ``dataset`` and ``partition`` minus IGNORED_KEYS,
     and for link prediction ``task.name`` and ``task.edge_split`` (its held-out edges are
-    removed from the partitioned graph)."""
+    removed from the partitioned graph), as for the edge tasks (their targets and split are in
+    the partitions)."""
     source = {name: {k: v for k, v in dataclasses.asdict(getattr(cfg, name)).items()
                      if k not in IGNORED_KEYS[name]}
               for name in ("dataset", "partition")}
-    if cfg.task_name == "link_prediction":  # other tasks' partitions keep their recorded source
+    # node tasks' partitions keep their recorded source
+    if cfg.task_name == "link_prediction" or cfg.task_name in EDGE_TASKS:
         source["task"] = {"name": cfg.task_name, "edge_split": list(cfg.task.edge_split)}
     return source
 

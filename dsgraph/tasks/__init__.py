@@ -15,7 +15,9 @@ TASKS = {"node_classification": "dsgraph.tasks.classification:NodeClassification
          "node_regression": "dsgraph.tasks.node_regression:NodeRegression",
          "multilabel": "dsgraph.tasks.multilabel:Multilabel",
          "link_prediction": "dsgraph.tasks.link_prediction:LinkPrediction",
-         "field_regression": "dsgraph.tasks.regression:FieldRegression"}
+         "field_regression": "dsgraph.tasks.regression:FieldRegression",
+         "edge_classification": "dsgraph.tasks.edge:EdgeClassification",
+         "edge_regression": "dsgraph.tasks.edge:EdgeRegression"}
 
 __all__ = ["TASKS", "Task", "task_class"]
 

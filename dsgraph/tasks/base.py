@@ -22,8 +22,9 @@ class Task(abc.ABC):
 
     name: ClassVar[str]
     num_sums: int  # length of :meth:`metric_sums`' list (a constant, or set by :meth:`bind`)
-    # What a training step's seeds are: "nodes" (their rows) or "edges" (node pairs scored
-    # from the endpoints' rows); a mode picks its batches by it.
+    # What a training step's seeds are: "nodes" (their rows), "edges" (labelled edges, a row
+    # from their endpoints' rows) or "links" (edges against negative pairs); a mode picks its
+    # batches by it.
     trains_on: ClassVar[str] = "nodes"
     # Evaluation key that picks the run's best model; None: keep the last.
     selection_metric: ClassVar[Optional[str]] = None

@@ -84,7 +84,7 @@ class LinkPrediction(Task):
     """
 
     name = "link_prediction"
-    trains_on = "edges"
+    trains_on = "links"
     num_sums = 3
     selection_metric = "val_mrr"
 

@@ -28,6 +28,7 @@ from dsgraph.models.registry import build_model
 from dsgraph.modes import strategy_class
 from dsgraph.runs import RunFolder
 from tests.dist import jobs
+from tests.dist.test_edge_tasks import edge_reference
 
 REPEATS = 40  # the odd ones with rank 1's restore delayed by DELAY_S
 DELAY_S = 0.2
@@ -67,6 +68,20 @@ model: {{name: gcn, args: {{hidden: 8, num_layers: 2}}}}
 train: {{epochs: 1, lr: 0.02, timeout_s: 150}}
 task: {{name: link_prediction, edge_split: [0.8, 0.1, 0.1], negatives: 1, eval_negatives: 20,
        hits_k: 10, hits_negatives: 100}}
+sampled: {{fanouts: [4, 4], batch_size: 64, eval_batch_size: 128}}
+""")
+
+
+@pytest.fixture(scope="module")
+def edge_config(tmp_path_factory) -> Path:
+    """A 600-node graph with planted edge classes in 2 random partitions."""
+    tmp = tmp_path_factory.mktemp("edge")
+    return _config(tmp, f"""
+dataset: {{num_nodes: 600, avg_degree: 6, num_classes: 4, feat_dim: 8, cache_dir: {tmp}/data}}
+partition: {{num_parts: 2, method: random, out_dir: {tmp}/parts}}
+model: {{name: sage, args: {{hidden: 8, num_layers: 2}}}}
+train: {{epochs: 1, lr: 0.02, timeout_s: 150}}
+task: {{name: edge_classification}}
 sampled: {{fanouts: [4, 4], batch_size: 64, eval_batch_size: 128}}
 """)
 
@@ -208,6 +223,20 @@ def test_link_predictions_equal_the_single_process_forward(link_config, mode):
             np.array_equal(scored["dst"], pairs[:, 1]), "pairs"
         assert np.allclose(scored["score"], want, rtol=1e-4, atol=1e-4), "pair scores"
     _check_all(_repeat_job(run, pairs=True), check)
+
+
+@pytest.mark.timeout(300)
+def test_edge_predictions_equal_the_single_process_forward(edge_config):
+    run = _train(edge_config, "sampled")
+    rows, g = edge_reference(run, "last")
+    prob = torch.softmax(torch.from_numpy(rows), 1).numpy()
+
+    def check(rows: dict) -> None:
+        got = rows["out"]
+        assert np.array_equal(got["edge_id"], np.arange(len(prob))), "edge ids"
+        err = np.abs(got["prob"] - prob).max()
+        assert err <= TOL, f"max |prob - reference| {err:.3g}"
+    _check_all(_repeat_job(run), check)
 
 
 def _dot_scores(emb: np.ndarray, pairs: np.ndarray) -> np.ndarray:

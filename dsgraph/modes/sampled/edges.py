@@ -1,155 +1,150 @@
-"""Edge batches for link prediction: seeds are the partitioned graph's edges.
+"""Labelled edge batches for the edge tasks: seeds are the edges in the training mask.
 
-The training edges are the partitioned graph's edges (validation and test edges were removed
-before partitioning, :mod:`dsgraph.data.link_split`), split over trainers by DGL's
-``edge_split``; each batch adds its negatives (``task.negative_sampler``: per edge, shared by
-the batch, or the batch's other destinations) and samples its endpoints' neighbourhoods
-without the batch's own edges (either direction, :mod:`dsgraph.distgraph.link_sampler`; over
-RPC or, with ``sampled.local_sampling``, in the trainer's partition where it stores them).
-``task.loss`` scores each positive against its negatives (BCE or InfoNCE). The node model's
-output is the embedding; the decoder (``task.decoder``) is a submodule of the model
-(``link_decoder``), so DDP, Adam and checkpoints carry it. Evaluation ranks the held-out edges
-of ``link_split.npz`` from exact layer-wise embeddings (:mod:`dsgraph.distgraph.link_evaluate`).
+The edges' targets and masks are edge data of the partitions (:mod:`dsgraph.data.edge_targets`);
+training edges are split over trainers (by owning partition, as ``sampled.seed_split`` says for
+nodes), validation and test edges evenly. A batch samples the neighbourhoods of its edges'
+endpoints (the edges themselves included: their labels are not features), runs the node model
+on them and the task's edge head (``edge_head``, a submodule of the model) on each edge's two
+embeddings. Evaluation and ``python -m predict`` use the nodes' exact layer-wise embeddings
+(models with ``forward_layer``, ``sampled.eval: layerwise``) or sampled ones; predictions cover
+the user's edges (reverse copies a loader added are left out), keyed by ``edge_id``, ``src``
+and ``dst``.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import dgl
-import numpy as np
 import torch
 from torch import nn
 
-from dsgraph import remat
-from dsgraph.distgraph.evaluate import node_outputs, read_all
+from dsgraph import dist, remat
+from dsgraph.distgraph.evaluate import layerwise_outputs, sampled_outputs
 from dsgraph.distgraph.features import feature_cache
-from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
-from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch
-from dsgraph.distgraph.local_sampler import LocalIndex, SampleCounter, local_frontier
+from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.errors import DataError
-from dsgraph.tasks.link_prediction import embedding_width, make_decoder
+from dsgraph.tasks.edge import EdgeHead
+from dsgraph.tasks.evaluation import split_figures
+from dsgraph.tasks.link_prediction import embedding_width
 from dsgraph.modes.sampled.nodes import NodeBatches
-from dsgraph.modes.sampled.source import (Batch, BatchSource, FanoutBlocks, check_fanouts,
-                                          homogeneous_inputs, layerwise, seeded_sampling)
+from dsgraph.modes.sampled.source import (Batch, FanoutBlocks, check_fanouts, homogeneous_inputs,
+                                          layerwise, seeded_sampling)
+
+SPLITS = ("train", "val", "test")
+# Edges whose head rows one evaluation step computes (bounds the rows read at once).
+EVAL_EDGES = 65536
 
 
-class EdgeBatches(BatchSource):
-    """Mini-batches of training edges with their negatives and sampled neighbourhoods."""
+class EdgeBatches(NodeBatches):
+    """Mini-batches of labelled training edges and their endpoints' sampled neighbourhoods
+    (traffic figures, cache and sampling as :class:`NodeBatches`)."""
 
     rate_key = "edges_s"
-    prepare = staticmethod(NodeBatches.prepare)
 
     def setup(self, trainer: Any) -> nn.Module:
-        """Split the training edges over trainers, read the held-out edges, build model,
-        decoder and feature cache."""
+        """Split the labelled edges, bind the task to the edge labels, build model, edge head
+        and feature cache."""
         g, s = self.g, self.cfg.sampled
         meta = json.loads(self.part_config.read_text())
-        if "link_split" not in meta:
-            raise DataError(f"{self.part_config}: no link_split (held-out edges): the "
-                            f"partitions were not made for link prediction; partition with "
-                            f"task.name: link_prediction")
-        train_eids = dgl.distributed.edge_split(
-            torch.ones(g.num_edges(), dtype=torch.bool), self.pb, force_even=True)
+        if "edge_label" not in meta:
+            raise DataError(f"{self.part_config}: no edge_label: the partitions hold no edge "
+                            f"targets; partition with task.name: {self.cfg.task_name}")
+        self.user_edges = int(meta["edge_label"].get("user_edges", g.num_edges()))
+        even = s.seed_split == "even"
+        self.split = {name: dgl.distributed.edge_split(g.edata[f"{name}_mask"], self.pb,
+                                                       force_even=even or name != "train")
+                      for name in SPLITS}
         # the endpoints once, not one find_edges request per batch
-        self.train_src, self.train_dst = g.find_edges(train_eids)
+        self.ends = {name: g.find_edges(eids) for name, eids in self.split.items()}
+        self.task.check_labels(g.edata["label"].dtype, str(self.part_config))
+        self.label = g.edata["label"]
+        self.task.bind(self._edge_width(meta["edge_label"]),
+                       lambda: self.task.target(self.label[self.split["train"]]))
+        self.num_scores = self.task.num_sums
         width = embedding_width(self.cfg.model.args)
-        self.task.bind(width)
-        model = trainer.build_model(g.ndata["feat"].shape[1], self.task.head_width(width))
+        model = trainer.build_model(g.ndata["feat"].shape[1], width)
         check_fanouts(self.cfg, model)
-        model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
-        self.decoder = model.link_decoder
-        # edge batches are not pre-sampled: remote rows are ranked by degree
-        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine)
+        model.edge_head = EdgeHead(width, self.task.head_width(self.task.width)).to(trainer.dtype)
+        self.head = model.edge_head
         if s.rematerialize:
             remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None
-        self.sampler = PairExcludingSampler(s.fanouts, None if index is None else (
-            lambda g, seeds, fanout: local_frontier(g, index, seeds, fanout)))
+        self.sampler = dgl.dataloading.NeighborSampler(s.fanouts) if index is None \
+            else LocalHaloSampler(s.fanouts, index)
         self.counter = SampleCounter(g, index)
-        self.eval_edges = self._eval_edges(self.part_config.parent / meta["link_split"], trainer)
-        self.steps_per_epoch = (self.train_src.numel() + s.batch_size - 1) // s.batch_size
+        # edge batches are not pre-sampled: remote rows are ranked by degree
+        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine)
+        self.steps_per_epoch = (self.split["train"].numel() + s.batch_size - 1) // s.batch_size
         return model
 
-    def prefetch_depth(self) -> int:
-        """No thread beside a rematerialized forward (see :class:`NodeBatches`)."""
-        s = self.cfg.sampled
-        return 0 if s.rematerialize else s.prefetch
-
-    def _eval_edges(self, path: Path, trainer: Any) -> dict[str, EvalEdges]:
-        """This rank's share of the validation and test edges with their negatives, and each
-        split's Hits@K negatives, in the partitioned graph's ids."""
-        n = self.g.num_nodes()
-        new_of = np.empty(n, dtype=np.int64)  # original id -> partitioned id
-        new_of[read_all(self.g.ndata["orig_id"]).numpy()] = np.arange(n, dtype=np.int64)
-        return {name: edges.mapped(new_of) for name, edges in held_out_edges(
-            path, n, self.cfg.task, self.cfg.dataset.seed, trainer.rank, trainer.world).items()}
+    def _edge_width(self, meta: dict) -> int:
+        """Classes or targets per edge, as the partition JSON's ``edge_label`` records them."""
+        return int(meta.get("num_classes") or meta.get("num_targets") or 1)
 
     def epoch(self, seed: int) -> Callable[[], Iterator[Batch]]:
         """This trainer's training edges in a fresh order."""
-        order = torch.randperm(self.train_src.numel(),
-                               generator=torch.Generator().manual_seed(seed))
-        bs, t = self.cfg.sampled.batch_size, self.cfg.task
+        eids, (src, dst) = self.split["train"], self.ends["train"]
+        order = torch.randperm(eids.numel(), generator=torch.Generator().manual_seed(seed))
+        bs = self.cfg.sampled.batch_size
 
         def batches() -> Iterator[Batch]:
-            negatives = torch.Generator().manual_seed(seed)
             for start in range(0, order.numel(), bs):
                 rows = order[start:start + bs]
-                edges = edge_batch(self.g, self.sampler, self.train_src[rows],
-                                   self.train_dst[rows], t.negatives, negatives,
-                                   t.negative_sampler)
-                self.counter.add(edges.blocks, all_local=False)
-                x, blocks = homogeneous_inputs(self.cfg, self.feat, self.pb, edges.input_nodes,
-                                               None, edges.blocks)
-                yield Batch(len(edges.pos), x, blocks, pairs=edges)
+                nodes, ends = torch.unique(torch.cat([src[rows], dst[rows]]), return_inverse=True)
+                input_nodes, _, blocks = self.sampler.sample_blocks(self.g, nodes)
+                lids = blocks[0].srcdata.pop(LOCAL_ID, None)  # sampled wholly in the partition
+                self.counter.add(blocks, all_local=lids is not None)
+                x, blocks = homogeneous_inputs(self.cfg, self.feat, self.pb, input_nodes, lids,
+                                               blocks)
+                yield Batch(rows.numel(), x, blocks,
+                            self.task.target(self.label[eids[rows]]), ends.view(2, -1))
         return lambda: seeded_sampling(seed, batches())
 
     def forward(self, module: nn.Module, batch: Batch) -> torch.Tensor:
-        """The embeddings of the batch's endpoints and negatives."""
-        return module(FanoutBlocks(batch.blocks, self.cfg), batch.x)
+        """The edge head's rows of the batch's edges."""
+        h = module(FanoutBlocks(batch.blocks, self.cfg), batch.x)
+        return self.head(h[batch.pairs[0]], h[batch.pairs[1]])
 
-    def loss(self, batch: Batch, out: torch.Tensor) -> torch.Tensor:
-        """Each positive edge scored against its negatives."""
-        return self.task.edge_loss(*batch.pairs.scores(out, self.decoder))
+    def _embeddings(self, model: nn.Module) -> Any:
+        """Every node's embedding (a DistTensor; collective)."""
+        s = self.cfg.sampled
+        if layerwise(self.cfg, model):
+            return layerwise_outputs(model, self.g, s.eval_batch_size)[0]
+        return sampled_outputs(model, self.g, s.fanouts, s.eval_batch_size)[0]
 
-    def reset_figures(self) -> None:
-        """Feature and sampling counters at zero."""
-        self.feat.remote_rows = self.feat.cache_hits = 0
-        self.counter.reset()
-
-    def figures(self) -> list[float]:
-        """Remote feature bytes, sampling requests and remotely sampled nodes."""
-        return [self.feat.remote_rows * self.feat.row_bytes, self.counter.requests,
-                self.counter.remote_nodes]
-
-    def figure_record(self, totals: list[float]) -> dict[str, Any]:
-        """Traffic keys of an epoch's record."""
-        return {"remote_feature_bytes": int(totals[0]), "rpc_sample_requests": int(totals[1]),
-                "remote_sampled_nodes": int(totals[2])}
-
-    def cache_bytes(self) -> int:
-        """The feature cache's bytes."""
-        return self.feat.cache_bytes
+    @torch.no_grad()
+    def _rows(self, h: Any, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """The edge head's rows of edges ``src`` -> ``dst`` from embeddings ``h``."""
+        out = [self.head(h[src[i:i + EVAL_EDGES]], h[dst[i:i + EVAL_EDGES]])
+               for i in range(0, src.numel(), EVAL_EDGES)]
+        return torch.cat(out) if out else torch.zeros(0, self.task.head_width(self.task.width))
 
     def evaluate(self, trainer: Any) -> dict[str, Any]:
-        """Validation and test MRR and Hits@K over all ranks' held-out edges."""
-        s = self.cfg.sampled
-        return link_metrics(trainer.model, self.decoder, self.g, self.task, self.eval_edges,
-                            layerwise(self.cfg, trainer.model), s.fanouts, s.eval_batch_size)
+        """Validation and test figures of the edge task over all trainers."""
+        h = self._embeddings(trainer.model)
+        parts = {name: (self._rows(h, *self.ends[name]),
+                        self.task.target(self.label[self.split[name]])) for name in ("val", "test")}
+        dist.barrier()  # the embedding DistTensor must outlive every rank's reads
+        return split_figures(self.task, parts)
 
     def predict(self, trainer: Any, embeddings: bool,
-                pairs: Optional[np.ndarray] = None) -> Optional[dict[str, Any]]:
-        """Every node's embedding (the model's output), or the task's scores of ``pairs``
-        ((P, 2) original node ids); read by rank 0."""
-        s = self.cfg.sampled
-        out = node_outputs(trainer.model, self.g, trainer.rank, layerwise(self.cfg, trainer.model),
-                           s.fanouts, s.eval_batch_size)
-        if out is None:
+                pairs: Optional[Any] = None) -> Optional[dict[str, Any]]:
+        """The outputs of every edge of the user's edge list, read by rank 0."""
+        g = self.g
+        mine = dgl.distributed.edge_split(torch.ones(g.num_edges(), dtype=torch.bool), self.pb,
+                                          force_even=False)
+        orig = g.edata["orig_id"][mine]
+        keep = orig < self.user_edges  # reverse copies carry messages, not predictions
+        mine, orig = mine[keep], orig[keep]
+        src, dst = g.find_edges(mine)
+        h = self._embeddings(trainer.model)
+        out = self._rows(h, src, dst)
+        ids = g.ndata["orig_id"]
+        rows = dist.gather_to_root((orig, ids[src], ids[dst], out))
+        dist.barrier()  # the embedding DistTensor must outlive every rank's reads
+        if rows is None:
             return None
-        if pairs is None:
-            return self.task.outputs(out["logits"], {"node_id": out["node_id"].numpy()})
-        row_of = np.empty(len(out["node_id"]), dtype=np.int64)  # original id -> row
-        row_of[out["node_id"].numpy()] = np.arange(len(out["node_id"]), dtype=np.int64)
-        u, v = (torch.from_numpy(row_of[pairs[:, i]]) for i in (0, 1))
-        return self.task.pair_outputs(pairs, self.decoder(out["logits"][u], out["logits"][v]))
+        edge_id, src, dst, out = (torch.cat([r[i] for r in rows]) for i in range(4))
+        return self.task.outputs(out, {"edge_id": edge_id.numpy(), "src": src.numpy(),
+                                       "dst": dst.numpy()})

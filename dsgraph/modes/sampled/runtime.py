@@ -30,16 +30,20 @@ from dsgraph.partition.meta import is_hetero, partitions_are_hetero
 from dsgraph.tasks import task_class
 from dsgraph.trainer import Strategy, Trainer
 from dsgraph.modes.sampled.edges import EdgeBatches
+from dsgraph.modes.sampled.links import LinkBatches
 from dsgraph.modes.sampled.nodes import NodeBatches
 from dsgraph.modes.sampled.source import BatchSource
 from dsgraph.modes.sampled.typed import TypedNodeBatches
 
 
+# What a task trains on (Task.trains_on) -> its batches on a homogeneous graph.
+SOURCES: dict[str, type[BatchSource]] = {"nodes": NodeBatches, "edges": EdgeBatches,
+                                         "links": LinkBatches}
+
+
 def source_class(cfg: Config, hetero: bool) -> type[BatchSource]:
     """The batch source of ``cfg``'s task on a homogeneous or heterogeneous graph."""
-    if hetero:
-        return TypedNodeBatches
-    return EdgeBatches if task_class(cfg.task_name).trains_on == "edges" else NodeBatches
+    return TypedNodeBatches if hetero else SOURCES[task_class(cfg.task_name).trains_on]
 
 
 class DistGraphStrategy(Strategy):
