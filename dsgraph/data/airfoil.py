@@ -18,15 +18,14 @@ handful of leading-edge points. With s in [0.08, 0.2] and alpha in [-5, 10] degr
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy.spatial import cKDTree
-from tqdm import tqdm
 
 from dsgraph.data.cache import cached_npz, param_hash
+from dsgraph.data.sample_pool import draw_samples
 
 SCALE = 0.25  # z-plane chord ~4 -> ~1
 OUTER = 8.0  # outer radius of the sampled region, in circle radii (~2 chords)
@@ -120,21 +119,11 @@ def sample(points: int, seed: int, index: int) -> dict[str, np.ndarray]:
             "params": params}
 
 
-def _sample_args(args: tuple[int, int, int]) -> dict[str, np.ndarray]:
-    return sample(*args)
-
-
 def generate(points: int, num_samples: int, seed: int, workers: int = 1,
              progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
     """``num_samples`` airfoil point clouds: pos (N,P,2), x (N,P,5), y (N,P,3), params (N,4)."""
-    jobs = [(points, seed, i) for i in range(start, start + num_samples)]
-    desc = f"airfoil {points} pts"
-    if workers <= 1:
-        out = [sample(*j) for j in tqdm(jobs, desc=desc, disable=not progress)]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            out = list(tqdm(pool.map(_sample_args, jobs, chunksize=max(1, num_samples // (8 * workers))),
-                            total=num_samples, desc=desc, disable=not progress))
+    out = draw_samples(sample, points, num_samples, seed, workers, progress, start,
+                       desc=f"airfoil {points} pts")
     return {k: np.stack([o[k] for o in out]) for k in out[0]}
 
 

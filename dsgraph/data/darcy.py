@@ -8,16 +8,15 @@ grid (boundary nodes included) using harmonic-mean face coefficients, assembled 
 """
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import scipy.fft
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-from tqdm import tqdm
 
 from dsgraph.data.cache import cached_npz, param_hash
+from dsgraph.data.sample_pool import draw_samples
 
 A_LOW, A_HIGH = 3.0, 12.0
 GRF_TAU, GRF_ALPHA = 3.0, 2.0  # covariance (-Lap + tau^2)^-alpha
@@ -84,25 +83,14 @@ def sample(n: int, seed: int, index: int) -> tuple[np.ndarray, np.ndarray]:
     return a.astype(np.float32), solve(a).astype(np.float32)
 
 
-def _sample_args(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    return sample(*args)
-
-
 def generate(n: int, num_samples: int, seed: int, workers: int = 1,
              progress: bool = True, start: int = 0) -> dict[str, np.ndarray]:
     """``num_samples`` Darcy samples on an n x n grid: {"a": (N,n,n), "u": (N,n,n)}, float32.
 
     Sample i depends only on (seed, i), so the result is the same for any number of workers.
     """
-
-    jobs = [(n, seed, i) for i in range(start, start + num_samples)]
-    desc = f"darcy {n}x{n}"
-    if workers <= 1:
-        out = [sample(*j) for j in tqdm(jobs, desc=desc, disable=not progress)]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            out = list(tqdm(pool.map(_sample_args, jobs, chunksize=max(1, num_samples // (8 * workers))),
-                            total=num_samples, desc=desc, disable=not progress))
+    out = draw_samples(sample, n, num_samples, seed, workers, progress, start,
+                       desc=f"darcy {n}x{n}")
     return {"a": np.stack([o[0] for o in out]), "u": np.stack([o[1] for o in out])}
 
 
