@@ -424,3 +424,27 @@ def test_the_cause_after_a_progress_bar_on_the_same_line_is_found(tmp_path):
     assert log_cause(log) == "error: /run: cannot write checkpoint.pt: no space left"
     log.write_text("RuntimeError: gloo error: connection reset\n")  # a cause line kept whole
     assert log_cause(log) == "RuntimeError: gloo error: connection reset"
+
+
+WAITER = ("from dsgraph.cluster.worker import run_process_main\n"
+          "import time\n"
+          "def waits_for_a_peer():\n"
+          "    time.sleep(60)\n"
+          "run_process_main(waits_for_a_peer)\n")
+
+
+@pytest.mark.timeout(60)
+def test_the_job_timeout_names_where_each_live_process_waits(tmp_path):
+    # live, beating processes that never finish (a deadlock some runs meet): the line says in
+    # which function each one's main thread was when the job timed out
+    with pytest.raises(JobFailed) as info:
+        with Supervisor(tmp_path, timeout_s=4.0, heartbeat_s=60.0, grace_s=1.0) as sup:
+            for name in ("trainer0", "trainer1"):
+                sup.spawn(name, [sys.executable, "-c", WAITER], dict(os.environ))
+            sup.wait()
+    msg = str(info.value)
+    assert msg.startswith("job timed out after 4 s; still running: trainer0, trainer1"), msg
+    for name in ("trainer0", "trainer1"):
+        assert (f"{name} in <string>:4 waits_for_a_peer < dsgraph/cluster/worker.py:"
+                in msg), msg
+    assert "\n" not in msg

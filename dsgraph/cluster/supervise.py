@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from dsgraph.cluster import heartbeat, lifeline, shm
+from dsgraph.cluster import heartbeat, lifeline, shm, stacks
 from dsgraph.cluster.console import tee
 from dsgraph.cluster.hangs import HangWatch, Stall
 from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
@@ -232,8 +232,13 @@ class Supervisor:
         if stuck:  # what the rest waited for
             err = self._hang_error(stuck[0])
             return err if isinstance(err, StorageError) else JobFailed(f"{head}; {err}")
-        alive = [p.name for p in self.procs if p.popen.poll() is None]
-        return JobFailed(f"{head}; still running: {', '.join(alive)}; log {self.procs[0].log}: "
+        alive = [p for p in self.procs if p.popen.poll() is None]
+        # where each one waits (a deadlock some runs meet is found from this line alone)
+        stacks.request_dumps([p.popen.pid for p in alive if p.local])
+        where = [f"{p.name} in {frames}" for p in alive
+                 if (frames := stacks.main_thread_frames(p.log))]
+        return JobFailed(f"{head}; still running: {', '.join(p.name for p in alive)}"
+                         f"{'; ' if where else ''}{'; '.join(where)}; log {self.procs[0].log}: "
                          f"{log_tail(self.procs[0].log)}")
 
     def stalls(self, stopped_s: float, silent_s: float) -> list[Stall]:

@@ -13,7 +13,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from dsgraph.cluster import heartbeat
+from dsgraph.cluster import heartbeat, stacks
 from dsgraph.errors import ConfigError, UserError
 
 
@@ -116,6 +116,7 @@ def run_process_main(fn: Callable[..., Any], *args: Any) -> None:
     code = 1
     try:
         heartbeat.start_from_env()
+        stacks.enable_dump()  # a timed-out job names where each process waited
         fn(*args)
         code = 0
     except SystemExit as exc:
