@@ -279,7 +279,7 @@ def plan_job(cfg: Any) -> MemoryPlan:
         return MemoryPlan([], [f"train.mode {mode!r}: not planned"])
     meta, parts = _read_parts(cfg)
     plan = (_plan_sampled if mode == "sampled" else _plan_sar)(cfg, meta, parts)
-    if cfg.task_name == "link_prediction":
+    if cfg.task_facts.trains_on != "nodes":
         plan.notes.append(f"task {cfg.task_name!r}: planned as node classification")
     return plan
 

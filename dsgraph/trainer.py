@@ -31,10 +31,8 @@ from dsgraph.procstats import peak_rss_mb, rss_mb
 from dsgraph.runs import RunFolder
 from dsgraph.tasks import Task, task_class
 
-# Record keys shown in the per-epoch console line, when present.
-_LINE_KEYS = ("loss", "train_acc", "val_acc", "test_acc", "val_rmse", "test_rmse",
-              "test_rel_l2", "val_rocauc", "test_rocauc", "val_mrr", "test_mrr", "samples_per_s",
-              "epoch_s")
+# Record keys of every task's per-epoch console line, around the task's own (its facts').
+_LINE_HEAD, _LINE_TAIL = ("loss",), ("samples_per_s", "epoch_s")
 
 
 class Strategy(abc.ABC):
@@ -231,8 +229,9 @@ class Trainer:
                 log.epoch(record)
                 self.run_folder.save(epoch, self.model, self.optimizer, rng,
                                      self.run_folder.fingerprint(cfg), best=best, record=record)
+                keys = (*_LINE_HEAD, *strategy.task.facts.line_keys, *_LINE_TAIL)
                 self._print(f"epoch {epoch}: " + ", ".join(
-                    f"{k} {format_metric(k, record[k])}" for k in _LINE_KEYS if k in record))
+                    f"{k} {format_metric(k, record[k])}" for k in keys if k in record))
         if self._bar is not None:
             self._bar.close()
         if start > cfg.train.epochs:  # resumed a finished run: report its metrics again

@@ -16,11 +16,10 @@ from sklearn.metrics import (f1_score, mean_absolute_error, mean_squared_error, 
 
 from dsgraph import config as cfgmod
 from dsgraph.config import TaskConfig
-from dsgraph.config.checks import TASK_TARGETS
-from dsgraph.config.modes import EDGE_TASK_TARGETS, EDGE_TASKS, LINK_TASKS
 from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError, UserError
-from dsgraph.tasks import TASKS, Task, task_class
+from dsgraph.tasks import TASK_CLASSES, Task, task_class
+from dsgraph.tasks.facts import TASK_FACTS
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.tasks.multilabel import probabilities
 from dsgraph.tasks.regression import FieldTarget
@@ -42,7 +41,7 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
     for section in mode_sections(cfg):
         for name in section.TASKS:
             assert issubclass(task_class(name), Task) and task_class(name).name == name
-    assert set(TASKS) == {t for s in mode_sections(cfg) for t in s.TASKS}
+    assert set(TASK_CLASSES) == {t for s in mode_sections(cfg) for t in s.TASKS}
     assert cfg.task_name == "node_classification" and cfg.task.name == "auto"
     assert cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy"]).task_name == \
         "field_regression"
@@ -54,10 +53,12 @@ def test_every_mode_task_is_registered_and_auto_picks_the_modes_first():
                                           r"'dsmpnn'"):
         cfgmod.load(None, ["train.mode=dsmpnn", "dataset.name=darcy",
                            "task.name=node_classification"])
-    # what config checks require of the data is what each task declares
-    assert TASK_TARGETS == {n: task_class(n).dataset_target for n in TASKS
-                            if n not in ("field_regression", *LINK_TASKS, *EDGE_TASKS)}
-    assert EDGE_TASK_TARGETS == {n: task_class(n).edge_target for n in EDGE_TASKS}
+    # one declaration per task: what config checks read is what the class trains by
+    assert list(TASK_CLASSES) == list(TASK_FACTS)
+    for name, facts in TASK_FACTS.items():
+        cls = task_class(name)
+        assert cls.facts is facts and cls.name == name and cls.trains_on == facts.trains_on
+        assert all(name in s.TASKS for s in mode_sections(cfg) if s.MODE in facts.modes)
 
 
 @pytest.mark.parametrize("sets, message", [

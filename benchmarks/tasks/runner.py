@@ -70,7 +70,7 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str, host_sets:
             summary, lines = job.summary, job.epochs
             rates = [r["samples_per_s"] for r in lines if "samples_per_s" in r]  # not sar's
     out = {"wall_s": time.perf_counter() - t0, "job_memory_mb": mem.peak_mb, "load1": load1}
-    if cfg.task_name == "link_prediction":
+    if cfg.task_facts.trains_on == "links":
         steady = rates[1:] or rates
         out.update(edges_per_s=median(steady) if steady else None, mrr=summary["test_mrr"],
                    hits_at_k=summary[f"test_hits{cfg.task.hits_k}"],

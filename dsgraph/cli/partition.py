@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     g = load_graph(cfg.dataset, cfg.task_name, cfg.task.edge_split)
     user_ids = user_node_ids(g)  # read before an edge split makes another graph
     link_split = None
-    if cfg.task_name == "link_prediction":  # held-out edges leave the graph before partitioning
+    if cfg.task_facts.holds_out_edges:  # they leave the graph before partitioning
         g, link_split = edge_split(g, cfg)
         if user_ids is not None:  # the pairs in the ids predictions and --pairs speak, too
             from dsgraph.data.link_split import with_user_ids

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         strategy = strategy_class(cfg)
         prepared = strategy.prepare(cfg)
         if args.pairs is not None:
-            if cfg.task_name != "link_prediction":
+            if cfg.task_facts.trains_on != "links":
                 raise UserError(f"--pairs: only link prediction runs score node pairs; this "
                                 f"run's task is {cfg.task_name!r}")
             read_pairs(args.pairs, json.loads(Path(prepared).read_text())["num_nodes"],

@@ -2,18 +2,11 @@
 from __future__ import annotations
 
 from dsgraph.config.limits import check_sizes, short_repr
-from dsgraph.config.modes import EDGE_DATASETS, EDGE_TASKS, GRAPH_DATASETS
+from dsgraph.config.modes import EDGE_DATASETS, GRAPH_DATASETS
 from dsgraph.config.sections import Config, TaskConfig, mode_sections
 from dsgraph.errors import ConfigError
 
 FILE_DATASETS = ("file", "csv", "ogb", "chunked", "fields")  # the datasets that read dataset.path
-# What each node task trains on (dataset.target); the Task classes declare the same
-# (Task.dataset_target; tests/test_tasks.py checks they agree). This module imports no task:
-# dsgraph.config loads without torch.
-TASK_TARGETS = {"node_classification": "class", "node_regression": "regression",
-                "multilabel": "multilabel"}
-# Tasks whose loss takes task.class_weights, and what one weight is of.
-WEIGHTED_TASKS = {"node_classification": "class", "multilabel": "label"}
 # task keys only link prediction reads (others must leave them at their defaults; the edge
 # tasks read the first, edge_split)
 LINK_KEYS = ("edge_split", "negatives", "negative_sampler", "loss", "decoder", "eval_negatives",
@@ -86,37 +79,39 @@ def check_task(cfg: Config) -> None:
     """The data holds what the task trains on (``dataset.target``); ``task.class_weights`` is
     valid for the task (and, for a generated graph, has one weight per class or label)."""
     src, d, name, weights = cfg.source, cfg.dataset, cfg.task_name, cfg.task.class_weights
+    facts = cfg.task_facts
     check_link_keys(cfg)
-    wanted = TASK_TARGETS.get(name)
-    if name in EDGE_TASKS and d.name not in EDGE_DATASETS:
+    wanted = facts.target
+    if facts.edge_target is not None and d.name not in EDGE_DATASETS:
         raise ConfigError(f"{src}: dataset.name: task {name!r} reads edge targets from "
                           f"{' or '.join(map(repr, EDGE_DATASETS))}, got {short_repr(d.name)}")
-    if name in EDGE_TASKS and d.target != "class":
+    if facts.edge_target is not None and d.target != wanted:
         raise ConfigError(f"{src}: dataset.target: task {name!r} reads its targets from the "
-                          f"edges; leave dataset.target at 'class', got {short_repr(d.target)}")
+                          f"edges; leave dataset.target at {wanted!r}, got "
+                          f"{short_repr(d.target)}")
     if wanted is not None and d.target != wanted:
         raise ConfigError(f"{src}: dataset.target: task {name!r} trains on {wanted!r} targets; "
                           f"expected {wanted!r}, got {short_repr(d.target)}")
     if isinstance(weights, str):
-        if weights != "none" and name not in WEIGHTED_TASKS:
+        if weights != "none" and facts.weighted is None:
             raise ConfigError(f"{src}: task.class_weights: task {name!r} has no classes to "
                               f"weight; expected 'none', got {short_repr(weights)}")
         return
-    if name not in WEIGHTED_TASKS:
+    if facts.weighted is None:
         raise ConfigError(f"{src}: task.class_weights: task {name!r} has no classes to weight; "
                           f"expected 'none', got {short_repr(weights)}")
     ok = all(isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < float("inf")
              for w in weights)
     if not ok or not weights or not any(w > 0 for w in weights):
         raise ConfigError(f"{src}: task.class_weights: expected 'none', 'balanced' or a list of "
-                          f"numbers >= 0 (one per {WEIGHTED_TASKS[name]}, not all 0), got "
+                          f"numbers >= 0 (one per {facts.weighted}, not all 0), got "
                           f"{short_repr(weights)}")
-    if d.name == "synthetic":
-        count = d.num_classes if name == "node_classification" else d.num_targets
-        key = "num_classes" if name == "node_classification" else "num_targets"
+    if d.name == "synthetic" and facts.count_key is not None:
+        key = facts.count_key
+        count = getattr(d, key)
         if len(weights) != count:
             raise ConfigError(f"{src}: task.class_weights: expected {count} weights (one per "
-                              f"{WEIGHTED_TASKS[name]}, dataset.{key}), got {len(weights)}")
+                              f"{facts.weighted}, dataset.{key}), got {len(weights)}")
 
 
 def check_link_keys(cfg: Config) -> None:
@@ -124,12 +119,13 @@ def check_link_keys(cfg: Config) -> None:
     valid split."""
     src, t = cfg.source, cfg.task
     defaults = TaskConfig()
-    if cfg.task_name != "link_prediction":
-        for key in LINK_KEYS[1:] if cfg.task_name in EDGE_TASKS else LINK_KEYS:
+    trains_on = cfg.task_facts.trains_on
+    if trains_on != "links":
+        for key in LINK_KEYS[1:] if trains_on == "edges" else LINK_KEYS:
             if getattr(t, key) != getattr(defaults, key):
                 raise ConfigError(f"{src}: task.{key}: only task 'link_prediction' reads it; "
                                   f"remove it or set task.name, got {short_repr(getattr(t, key))}")
-        if cfg.task_name not in EDGE_TASKS:
+        if trains_on != "edges":
             return
     if t.negative_sampler != "uniform" and cfg.train.mode != "sampled":
         # full-batch training has no batch to share negatives within
@@ -181,7 +177,7 @@ def check_dataset_inputs(cfg: Config) -> None:
         raise ConfigError(f"{src}: partition.pipeline: 'streamed' reads a chunked graph folder "
                           f"(dataset.name 'chunked'); expected 'auto' or 'in_memory' for dataset "
                           f"{d.name!r}")
-    if d.name == "chunked" and p.pipeline != "in_memory" and cfg.task_name == "link_prediction":
+    if d.name == "chunked" and p.pipeline != "in_memory" and cfg.task_facts.holds_out_edges:
         raise ConfigError(f"{src}: partition.pipeline: the streamed pipeline partitions node "
                           f"tasks only (link prediction draws its held-out edges in memory); "
                           f"expected 'in_memory' for task 'link_prediction', got {p.pipeline!r}")

@@ -13,18 +13,12 @@ from typing import Any, ClassVar, Literal, Optional
 from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES, MAX_PER_HOST,
                                    MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
 from dsgraph.errors import ConfigError
+from dsgraph.tasks.facts import tasks_of_mode
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
 # Heterogeneous graphs (several node and edge types) train in sampled mode only.
 HETERO_DATASETS = ("synthetic_hetero",)
 FIELD_DATASETS = ("darcy", "airfoil", "fields")
-NODE_TASKS = ("node_classification", "node_regression", "multilabel")
-# Tasks whose training examples are node pairs with negatives (docs/tasks.md).
-LINK_TASKS = ("link_prediction",)
-# Tasks that learn a target per edge, and what the targets are (each Task class declares the
-# same as ``edge_target``; tests/test_tasks.py checks they agree). Sampled mode only.
-EDGE_TASK_TARGETS = {"edge_classification": "class", "edge_regression": "regression"}
-EDGE_TASKS = tuple(EDGE_TASK_TARGETS)
 # Datasets that carry edge targets (planted in a generated graph, or the user's edge columns).
 EDGE_DATASETS = ("synthetic", "csv", "file")
 
@@ -34,7 +28,11 @@ class ModeSection:
 
     MODE: ClassVar[str]  # the train.mode value this section configures
     DATASETS: ClassVar[tuple[str, ...]]  # dataset.name values the mode trains on
-    TASKS: ClassVar[tuple[str, ...]]  # task.name values the mode runs; the first is auto's
+    # Whether it trains partitioned graphs, and heterogeneous ones among them.
+    PARTITIONED: ClassVar[bool] = True
+    HETERO: ClassVar[bool] = False
+    # task.name values the mode runs (each task's facts name its modes); the first is auto's
+    TASKS: ClassVar[tuple[str, ...]]
 
     def num_machines(self, cfg: Any) -> int:
         """Hosts of the job (lines of ``cluster.ip_config``): one per partition by default."""
@@ -54,7 +52,8 @@ class SampledConfig(ModeSection):
 
     MODE: ClassVar[str] = "sampled"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS + HETERO_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + LINK_TASKS + EDGE_TASKS
+    HETERO: ClassVar[bool] = True
+    TASKS: ClassVar[tuple[str, ...]] = tasks_of_mode("sampled")
 
     batch_size: int = opt(1024, "seed nodes (edge tasks, `link_prediction`: training edges) per "
                                 "mini-batch and trainer", ge=1, cap=MAX_BATCH)
@@ -117,7 +116,7 @@ class SampledConfig(ModeSection):
             raise ConfigError(f"{cfg.source}: train.dtype: expected 'float32' for train.mode "
                               f"'sampled' (DistGraph serves float32 features), got "
                               f"{cfg.train.dtype!r}")
-        if cfg.task_name in LINK_TASKS + EDGE_TASKS:
+        if cfg.task_facts.reads_edges:
             # Edge batches are sampled in the trainer (dsgraph.modes.sampled.links / .edges).
             if cfg.cluster.samplers_per_trainer:
                 raise ConfigError(f"{cfg.source}: cluster.samplers_per_trainer: task "
@@ -143,8 +142,7 @@ class SarConfig(ModeSection):
 
     MODE: ClassVar[str] = "sar"
     DATASETS: ClassVar[tuple[str, ...]] = GRAPH_DATASETS
-    # link prediction: dsgraph/modes/sar_link.py
-    TASKS: ClassVar[tuple[str, ...]] = NODE_TASKS + LINK_TASKS
+    TASKS: ClassVar[tuple[str, ...]] = tasks_of_mode("sar")
 
     mode: Literal["sar", "sa", "one_shot"] = opt(
         "sar", "`sar` (one remote part at a time, recompute in backward), `sa` (keep fetched "
@@ -164,7 +162,8 @@ class PhysicsConfig(ModeSection):
 
     MODE: ClassVar[str] = "dsmpnn"
     DATASETS: ClassVar[tuple[str, ...]] = FIELD_DATASETS
-    TASKS: ClassVar[tuple[str, ...]] = ("field_regression",)
+    PARTITIONED: ClassVar[bool] = False
+    TASKS: ClassVar[tuple[str, ...]] = tasks_of_mode("dsmpnn")
 
     resolution: int = opt(64, "Darcy grid nodes per side", ge=8, le=421)
     test_resolution: Optional[int] = opt(None, "Darcy: also test on `test_samples` fields at "

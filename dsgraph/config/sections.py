@@ -13,6 +13,7 @@ from typing import Literal, Optional, Union
 from dsgraph.config.fields import (MAX_BATCH, MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST,
                                    MAX_PROCESSES, MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
 from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
+from dsgraph.tasks.facts import TaskFacts, task_facts
 
 
 @dataclass
@@ -271,6 +272,12 @@ class Config:
     def task_name(self) -> str:
         """The task trained: ``task.name``, or the mode's first for ``auto``."""
         return self.mode_section.TASKS[0] if self.task.name == "auto" else self.task.name
+
+    @property
+    def task_facts(self) -> TaskFacts:
+        """The trained task's facts (what it trains on, the data it needs; valid once the
+        config is checked)."""
+        return task_facts(self.task_name)
 
     @property
     def num_workers(self) -> int:

@@ -11,7 +11,6 @@ from typing import Optional, Sequence
 import dgl
 
 from dsgraph.config import DatasetConfig
-from dsgraph.config.modes import EDGE_TASK_TARGETS
 from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.edge_targets import edge_target_arrays, planted_targets, with_edge_targets
@@ -22,6 +21,7 @@ from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
+from dsgraph.tasks.facts import TASK_FACTS, TaskFacts, task_facts
 
 from dsgraph.data.chunks import GRAPH_KEYS
 # DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
@@ -37,13 +37,13 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None,
     (``task.name``, when known) refuses a dataset that cannot serve it; an edge task's graph
     carries edge targets (:mod:`dsgraph.data.edge_targets`; ``edge_split``: ``task.edge_split``,
     drawn where the data has no edge masks)."""
-    kind = EDGE_TASK_TARGETS.get(task or "")
-    if kind is not None:
-        return _load_edge_task(cfg, task, kind, edge_split)
+    facts = task_facts(task) if task else None
+    if facts is not None and facts.edge_target is not None:
+        return _load_edge_task(cfg, facts, edge_split)
     if cfg.name in ("file", "csv", "ogb"):
-        g = _load_file_dataset(cfg, task)
+        g = _load_file_dataset(cfg, facts)
     elif cfg.name == "chunked":
-        g = _load_chunked(cfg, task)
+        g = _load_chunked(cfg, facts)
     elif cfg.name == "synthetic":
         g = _load_synthetic(cfg)
     elif cfg.name == "synthetic_hetero":
@@ -58,10 +58,11 @@ def load_graph(cfg: DatasetConfig, task: Optional[str] = None,
     return g
 
 
-def _load_edge_task(cfg: DatasetConfig, task: str, kind: str,
+def _load_edge_task(cfg: DatasetConfig, facts: TaskFacts,
                     edge_split: Sequence[float]) -> dgl.DGLGraph:
-    """A graph with edge targets: planted in a generated graph, or a user's edge columns
-    (config.modes.EDGE_DATASETS)."""
+    """A graph with the edge targets ``facts`` names: planted in a generated graph, or a
+    user's edge columns (config.modes.EDGE_DATASETS)."""
+    kind = facts.edge_target
     if cfg.name == "synthetic":
         g = _load_synthetic(cfg)
         src, dst = (t.numpy() for t in g.edges())
@@ -73,7 +74,7 @@ def _load_edge_task(cfg: DatasetConfig, task: str, kind: str,
         return load_graph_file(cfg.path, None, cfg.seed, cfg.add_reverse_edges is True,
                                edge_task=(kind, edge_split))
     if is_hetero_csv(cfg.path):
-        raise DataError(f"{cfg.path}: task {task!r} reads edge targets from a DGL CSV folder of "
+        raise DataError(f"{cfg.path}: task {facts.name!r} reads edge targets from a DGL CSV folder of "
                         f"one node and edge type; this folder holds several")
     return load_csv_dataset(cfg.path, cfg.cache_dir, None, cfg.seed,
                             cfg.add_reverse_edges is True, edge_task=(kind, edge_split))
@@ -84,48 +85,50 @@ def is_hetero(g: dgl.DGLGraph) -> bool:
     return len(g.ntypes) > 1 or len(g.canonical_etypes) > 1
 
 
-def _load_file_dataset(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+def _load_file_dataset(cfg: DatasetConfig, facts: Optional[TaskFacts] = None) -> dgl.DGLGraph:
     """A user's dataset: ``file`` (npz / dgl.save_graphs), ``csv`` (DGL CSV folder), ``ogb``
     (node or link folder)."""
     split = cfg.split
     link = cfg.name == "ogb" and bool(cfg.path) and Path(cfg.path).is_dir()
     if link and is_link_folder(Path(cfg.path)):
-        if task not in (None, "link_prediction"):
+        if facts is not None and not facts.holds_out_edges:
             raise DataError(f"{cfg.path}: an OGB link-property folder (edges and an edge split, no "
-                            f"node labels); expected task.name link_prediction, got {task!r}")
+                            f"node labels); expected task.name link_prediction, got "
+                            f"{facts.name!r}")
         return load_ogb_link(cfg.path, cfg.add_reverse_edges, split)
     if cfg.name == "ogb" and is_hetero_ogb(cfg.path):
-        _node_task_only(cfg, task)
+        _node_task_only(cfg, facts)
         return load_ogb_hetero(cfg.path, cfg.add_reverse_edges, split, cfg.seed)
     if cfg.name == "csv" and is_hetero_csv(cfg.path):
-        _node_task_only(cfg, task)
+        _node_task_only(cfg, facts)
         return load_csv_hetero(cfg.path, cfg.cache_dir, split, cfg.seed, cfg.add_reverse_edges)
     if cfg.name == "ogb":
         return load_ogb(cfg.path, split, cfg.seed, cfg.add_reverse_edges, cfg.target)
     reverse = cfg.add_reverse_edges is True  # "auto": the file's edges as stored
     if cfg.name == "csv":
         return load_csv_dataset(cfg.path, cfg.cache_dir, split, cfg.seed, reverse, cfg.target,
-                                link=task == "link_prediction")
+                                link=facts is not None and facts.holds_out_edges)
     return load_graph_file(cfg.path, split, cfg.seed, reverse, cfg.target)
 
 
-def _load_chunked(cfg: DatasetConfig, task: Optional[str] = None) -> dgl.DGLGraph:
+def _load_chunked(cfg: DatasetConfig, facts: Optional[TaskFacts] = None) -> dgl.DGLGraph:
     """A chunked folder whole: a typed one (several node / edge types) as a heterograph, else
     the one-type graph checked as training reads it."""
     # pyarrow (and the chunked readers): only for chunked folders
     from dsgraph.data.chunked_hetero import is_hetero_chunked, load_chunked_hetero
     if is_hetero_chunked(cfg.path):
-        _node_task_only(cfg, task)
+        _node_task_only(cfg, facts)
         return load_chunked_hetero(cfg.path, cfg.add_reverse_edges, cfg.split, cfg.seed)
     from dsgraph.data.chunked_dataset import open_dataset
     return open_dataset(cfg).to_dgl()
 
 
-def _node_task_only(cfg: DatasetConfig, task: Optional[str]) -> None:
-    """Heterogeneous graphs train node classification of their target type."""
-    if task not in (None, "node_classification"):
+def _node_task_only(cfg: DatasetConfig, facts: Optional[TaskFacts]) -> None:
+    """Heterogeneous graphs train the tasks whose facts say so, on their target type."""
+    if facts is not None and not facts.hetero:
+        wanted = " or ".join(name for name, f in TASK_FACTS.items() if f.hetero)
         raise DataError(f"{cfg.path}: a heterogeneous graph (several node and edge types); "
-                        f"expected task.name node_classification, got {task!r}")
+                        f"expected task.name {wanted}, got {facts.name!r}")
 
 
 def _load_synthetic_hetero(cfg: DatasetConfig) -> dgl.DGLGraph:

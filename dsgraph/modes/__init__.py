@@ -1,40 +1,39 @@
 """The training modes, run by ``python -m train`` (the launcher, :mod:`dsgraph.cli.train`) and
-``dsgraph.modes.worker`` (one process of a job); one strategy module per mode, each a
+``dsgraph.modes.worker`` (one process of a job); one strategy per mode, each a
 :class:`dsgraph.trainer.Strategy`.
 
-A new mode is its strategy module, its config section (:mod:`dsgraph.config.modes`) and one
+A new mode is its strategy module, its config section (:mod:`dsgraph.config.modes`, which
+declares its facts: datasets, tasks, processes, whether it trains heterogeneous graphs) and one
 line of :data:`MODES`."""
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError
 from dsgraph.partition.meta import partitions_are_hetero
-from dsgraph.tasks import task_class
+from dsgraph.trainer import Strategy
+from dsgraph.modes.dsmpnn import DsmpnnStrategy
+from dsgraph.modes.sampled import SampledStrategy
+from dsgraph.modes.sar import SarStrategy
+from dsgraph.modes.sar_link import SarLinkStrategy
 
 if TYPE_CHECKING:
     from dsgraph.config import Config
 
-# train.mode -> the Strategy class that runs it ("module:Class", imported when used).
-MODES = {"sampled": "dsgraph.modes.sampled:SampledStrategy", "sar": "dsgraph.modes.sar:SarStrategy",
-         "dsmpnn": "dsgraph.modes.dsmpnn:DsmpnnStrategy"}
-
-
+# train.mode -> the Strategy class that runs it.
+MODES: dict[str, type[Strategy]] = {"sampled": SampledStrategy, "sar": SarStrategy,
+                                    "dsmpnn": DsmpnnStrategy}
 # (train.mode, what the task trains on) -> the Strategy class when that needs its own.
-TASK_STRATEGIES = {("sar", "links"): "dsgraph.modes.sar_link:SarLinkStrategy"}
-
-# The modes that train partitioned graphs, and those of them that train heterogeneous ones.
-GRAPH_MODES, HETERO_MODES = ("sampled", "sar"), ("sampled",)
+TASK_STRATEGIES: dict[tuple[str, str], type[Strategy]] = {("sar", "links"): SarLinkStrategy}
 
 
-def strategy_class(cfg: "Config") -> type:
+def strategy_class(cfg: "Config") -> type[Strategy]:
     """The Strategy class that runs ``cfg``: its ``train.mode``, what its task trains on and
     whether its partitions hold a heterogeneous graph."""
-    mode = cfg.train.mode
-    if mode in GRAPH_MODES and mode not in HETERO_MODES and partitions_are_hetero(cfg):
+    mode, section = cfg.train.mode, cfg.mode_section
+    if section.PARTITIONED and not section.HETERO and partitions_are_hetero(cfg):
+        hetero = [s.MODE for s in mode_sections(cfg) if s.HETERO]
         raise ConfigError(f"{cfg.source}: train.mode: heterogeneous graphs train in "
-                          f"{', '.join(map(repr, HETERO_MODES))}, got {mode!r}")
-    target = TASK_STRATEGIES.get((mode, task_class(cfg.task_name).trains_on), MODES[mode])
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
+                          f"{', '.join(map(repr, hetero))}, got {mode!r}")
+    return TASK_STRATEGIES.get((mode, cfg.task_facts.trains_on), MODES[mode])

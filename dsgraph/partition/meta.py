@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dsgraph.config.modes import EDGE_TASKS
 from dsgraph.errors import DataError
 
 BLOCK = "dsgraph"
@@ -58,7 +57,7 @@ def partition_source(cfg: Any) -> dict:
                      if k not in IGNORED_KEYS[name]}
               for name in ("dataset", "partition")}
     # node tasks' partitions keep their recorded source
-    if cfg.task_name == "link_prediction" or cfg.task_name in EDGE_TASKS:
+    if cfg.task_facts.reads_edges:
         source["task"] = {"name": cfg.task_name, "edge_split": list(cfg.task.edge_split)}
     return source
 

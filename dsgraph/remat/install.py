@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from dgl.nn import GATConv, GraphConv, SAGEConv
 from torch import nn
 
 from dsgraph.errors import UserError
@@ -24,8 +25,13 @@ def remat_forward(conv: nn.Module, prev: Callable[..., Any], graph: Any, feat: A
     return remat_layer(conv, graph, feat)
 
 
+# The forwards rematerialization puts on a model's layers (dsgraph.seqagg.layers.patch).
+FORWARDS: layers.Forwards = ((SAGEConv, remat_forward), (GraphConv, remat_forward),
+                             (GATConv, remat_forward))
+
+
 def install(model: nn.Module) -> nn.Module:
     """Let the model's SAGEConv/GraphConv/GATConv layers take a RematBlock (they run
-    rematerialized on one, as before on anything else; patched as
-    :data:`dsgraph.seqagg.layers.FORWARDS` declares). Returns ``model``, changed in place."""
-    return layers.patch(model, "remat")
+    rematerialized on one, as before on anything else; :data:`FORWARDS`). Returns ``model``,
+    changed in place."""
+    return layers.patch(model, "remat", FORWARDS)

@@ -15,7 +15,7 @@ part's ``ft`` and ``el`` rows (returned to their owner) and of the local ``er``.
 more fetch than a saved output would need, traded for an N x heads x F tensor per layer.
 
 ``gat_forward`` replaces ``GATConv.forward`` on a model's instances (declared in
-``dsgraph.seqagg.layers.FORWARDS``, installed by ``dsgraph.sar.model.prepare_model``); it runs
+``dsgraph.sar.model.FORWARDS``, installed by ``dsgraph.sar.model.prepare_model``); it runs
 this op only on a SAR graph in ``sar`` mode with remote rows, and defers to DGL's own forward
 everywhere else (plain graphs, ``sa`` and ``one_shot`` modes, edge weights, attention dropout
 in training, ``get_attention``).

@@ -1,17 +1,15 @@
-"""The ``dgl.nn`` layers sequential aggregation runs, and the forwards each mode puts on them.
+"""The ``dgl.nn`` layers sequential aggregation runs, and the one way a mode puts its forwards
+on them.
 
-Both modes (full-batch SAR, ``sar``; sampled rematerialization, ``remat``) run the same layers
-and refuse the same others with :func:`check`. :data:`FORWARDS` declares, per mode, which layer
-class gets which replacement forward; :func:`patch` is the one place that installs them. A
-replacement is named by ``"module:function"`` and imported when a model is patched, so this
-module imports neither mode (both import it).
+Both clients (full-batch SAR, ``sar``; sampled rematerialization, ``remat``) run the same layers
+and refuse the same others with :func:`check`. Each declares its own table of (layer class,
+replacement forward) and installs it with :func:`patch`; this module names neither.
 """
 from __future__ import annotations
 
-import importlib
 import types
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from dgl.nn import GATConv, GraphConv, SAGEConv
 from torch import nn
@@ -20,16 +18,10 @@ from dsgraph.errors import UserError
 
 SUPPORTED = "GraphConv, SAGEConv (aggregator mean, gcn or pool), GATConv"
 SAGE_AGGREGATORS = ("mean", "gcn", "pool")
-
-# mode -> (layer class, replacement forward as "module:function"), first match wins. A
-# replacement is called as ``forward(layer, prev, *args, **kwargs)``, ``prev`` being the
-# layer's forward before patching (what it runs on anything that is not its mode's graph).
-FORWARDS: dict[str, tuple[tuple[type, str], ...]] = {
-    "sar": ((GATConv, "dsgraph.sar.attention:gat_forward"),),
-    "remat": ((SAGEConv, "dsgraph.remat.install:remat_forward"),
-              (GraphConv, "dsgraph.remat.install:remat_forward"),
-              (GATConv, "dsgraph.remat.install:remat_forward")),
-}
+# A mode's forwards: (layer class, replacement), the first match wins. A replacement is called
+# as ``forward(layer, prev, *args, **kwargs)``, ``prev`` being the layer's forward before
+# patching (what it runs on anything that is not its mode's graph).
+Forwards = Sequence[tuple[type, Callable[..., Any]]]
 
 
 def is_graph_layer(mod: nn.Module) -> bool:
@@ -69,18 +61,12 @@ def _patched_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return patch.forward(self, patch.prev, *args, **kwargs)
 
 
-def _resolve(ref: str) -> Callable[..., Any]:
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def patch(model: nn.Module, mode: str) -> nn.Module:
-    """Give every layer of ``model`` that :data:`FORWARDS` names for ``mode`` its replacement
-    forward (once: a layer already patched for ``mode`` is left alone). Returns ``model``,
-    changed in place."""
-    table = [(cls, _resolve(ref)) for cls, ref in FORWARDS[mode]]
+def patch(model: nn.Module, mode: str, forwards: Forwards) -> nn.Module:
+    """Give every layer of ``model`` that ``forwards`` (mode ``mode``'s table) names its
+    replacement forward (once: a layer already patched for ``mode`` is left alone; one patched
+    for another mode is refused). Returns ``model``, changed in place."""
     for mod in model.modules():
-        forward = next((f for cls, f in table if isinstance(mod, cls)), None)
+        forward = next((f for cls, f in forwards if isinstance(mod, cls)), None)
         if forward is None:
             continue
         done = getattr(mod, "_seqagg_patch", None)

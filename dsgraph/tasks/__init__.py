@@ -1,28 +1,16 @@
-"""Tasks: what a model learns, declared once for every mode (:class:`Task`).
+"""Tasks: what a model learns, declared once for every mode.
 
-``task.name`` picks one (``auto``: the mode's first, :attr:`ModeSection.TASKS
-<dsgraph.config.modes.ModeSection.TASKS>`); a new task is a :class:`Task` subclass in a module
-of its own and one line of :data:`TASKS` (docs/tasks.md).
+A task's facts (what it trains on, where it runs, what data it needs: torch-free, read by the
+config and the planner) are a line of :data:`dsgraph.tasks.facts.TASK_FACTS`; its behaviour (loss,
+metrics, outputs) a :class:`Task` subclass in a module of its own, listed in
+:data:`dsgraph.tasks.registry.TASK_CLASSES` (docs/tasks.md). ``task.name`` picks one (``auto``:
+the mode's first). Names are imported on first use, so the facts load without torch.
 """
 from __future__ import annotations
 
-import importlib
+from dsgraph.lazy import lazy_exports
 
-from dsgraph.tasks.base import Task
-
-# task.name -> "module:Class", imported when used (a task may pull in heavy dependencies).
-TASKS = {"node_classification": "dsgraph.tasks.classification:NodeClassification",
-         "node_regression": "dsgraph.tasks.node_regression:NodeRegression",
-         "multilabel": "dsgraph.tasks.multilabel:Multilabel",
-         "link_prediction": "dsgraph.tasks.link_prediction:LinkPrediction",
-         "field_regression": "dsgraph.tasks.regression:FieldRegression",
-         "edge_classification": "dsgraph.tasks.edge:EdgeClassification",
-         "edge_regression": "dsgraph.tasks.edge:EdgeRegression"}
-
-__all__ = ["TASKS", "Task", "task_class"]
-
-
-def task_class(name: str) -> type[Task]:
-    """The Task class registered as ``name`` (a resolved ``Config.task_name``)."""
-    module, attr = TASKS[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+_EXPORTS = {"Task": "base", "task_class": "registry", "TASK_CLASSES": "registry",
+            "TaskFacts": "facts", "task_facts": "facts"}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

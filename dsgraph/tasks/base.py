@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from dsgraph.config import TaskConfig
+from dsgraph.tasks.facts import TaskFacts, task_facts
 
 
 class Task(abc.ABC):
@@ -20,18 +21,26 @@ class Task(abc.ABC):
     evaluated rows (:data:`gathers_rows`; :func:`dsgraph.tasks.evaluation.split_figures`).
     """
 
+    # The task's facts (dsgraph.tasks.facts), set from the ``facts_of`` name a concrete class
+    # declares; ``name`` and ``trains_on`` (what a training step's seeds are, by which a mode
+    # picks its batches) are read from them.
+    facts_of: ClassVar[str]
+    facts: ClassVar[TaskFacts]
     name: ClassVar[str]
+    trains_on: ClassVar[str]
     num_sums: int  # length of :meth:`metric_sums`' list (a constant, or set by :meth:`bind`)
-    # What a training step's seeds are: "nodes" (their rows), "edges" (labelled edges, a row
-    # from their endpoints' rows) or "links" (edges against negative pairs); a mode picks its
-    # batches by it.
-    trains_on: ClassVar[str] = "nodes"
     # Evaluation key that picks the run's best model; None: keep the last.
     selection_metric: ClassVar[Optional[str]] = None
     # Whether a lower selection metric is better (an error) rather than a higher (a score).
     lower_is_better: ClassVar[bool] = False
     # Whether evaluation gathers every rank's rows for :meth:`row_metrics`.
     gathers_rows: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "facts_of" in cls.__dict__:
+            cls.facts = task_facts(cls.facts_of)
+            cls.name, cls.trains_on = cls.facts.name, cls.facts.trains_on
 
     def __init__(self, cfg: Optional[TaskConfig] = None) -> None:
         self.cfg = cfg if cfg is not None else TaskConfig()

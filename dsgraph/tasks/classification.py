@@ -19,10 +19,9 @@ class NodeClassification(NodeTask):
     predictions and the true labels of that class, from which F1 is exact over all ranks.
     """
 
-    name = "node_classification"
+    facts_of = "node_classification"
     num_sums = 2  # + 3 per class once bound
     selection_metric = "val_acc"
-    dataset_target = "class"
     weight: Optional[torch.Tensor] = None  # per class (task.class_weights), set by bind
 
     def target(self, label: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ edge's position in the user's edge list (``edge_id``) and its endpoints (``src``
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -35,18 +35,14 @@ class EdgeHead(nn.Module):
 class EdgeTask:
     """What an edge task adds to the node task it reuses (a mixin placed first)."""
 
-    trains_on: ClassVar[str] = "edges"
-    edge_target: ClassVar[str]  # what the edges' labels are (config.modes.EDGE_TASK_TARGETS)
-    # the node data stays the generators' class labels (config.checks refuses other targets)
-    dataset_target: ClassVar[str] = "class"
-
     def check_labels(self, dtype: torch.dtype, where: str) -> None:
         """Refuse edge labels of the wrong kind (integer class ids for ``edge_classification``,
         float targets for ``edge_regression``): one line naming ``where``."""
-        if dtype.is_floating_point != (self.edge_target != "class"):
+        wanted = self.facts.edge_target  # type: ignore[attr-defined]
+        if dtype.is_floating_point != (wanted != "class"):
             held = "float targets" if dtype.is_floating_point else "integer class ids"
             raise DataError(f"{where}: the partitions hold {held} as edge labels, task "
-                            f"{self.name!r} trains on {self.edge_target!r} targets; partition "  # type: ignore[attr-defined]
+                            f"{self.name!r} trains on {wanted!r} targets; partition "  # type: ignore[attr-defined]
                             f"with task.name: {self.name}")  # type: ignore[attr-defined]
 
     def outputs(self, out: Any, index: dict[str, np.ndarray], target: Any = None,
@@ -69,12 +65,10 @@ class EdgeTask:
 class EdgeClassification(EdgeTask, NodeClassification):
     """One class per labelled edge; ``target``: class ids; ``out``: logits."""
 
-    name = "edge_classification"
-    edge_target = "class"
+    facts_of = "edge_classification"
 
 
 class EdgeRegression(EdgeTask, NodeRegression):
     """One or more float targets per labelled edge."""
 
-    name = "edge_regression"
-    edge_target = "regression"
+    facts_of = "edge_regression"

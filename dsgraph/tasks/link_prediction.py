@@ -83,8 +83,7 @@ class LinkPrediction(Task):
     split: edges, reciprocal ranks, hits: MRR and Hits@K are exact over ranks.
     """
 
-    name = "link_prediction"
-    trains_on = "links"
+    facts_of = "link_prediction"
     num_sums = 3
     selection_metric = "val_mrr"
 

@@ -27,11 +27,10 @@ class Multilabel(NodeTask):
     (micro and macro F1 exactly over all ranks); ROC-AUC from every rank's rows.
     """
 
-    name = "multilabel"
+    facts_of = "multilabel"
     num_sums = 1  # + 3 per label once bound
     selection_metric = "val_rocauc"
     gathers_rows = True
-    dataset_target = "multilabel"
     weight: Optional[torch.Tensor] = None  # per label, of its positives (BCE pos_weight)
 
     def bind(self, width: int, train_targets: Optional[Callable[[], Any]] = None) -> None:

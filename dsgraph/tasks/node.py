@@ -2,7 +2,7 @@
 by node id."""
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -15,18 +15,15 @@ from dsgraph.tasks.base import Task
 class NodeTask(Task):
     """A task on the labelled nodes of a graph; ``out``: one row of the output layer per node."""
 
-    # dataset.target the task trains on (dsgraph.config.checks.TASK_TARGETS says the same).
-    dataset_target: ClassVar[str]
-
     def check_labels(self, dtype: torch.dtype, where: str) -> None:
         """Refuse partitions whose labels are of the wrong kind (integer class ids for a
         ``class`` task, float targets otherwise): one line naming ``where``."""
-        floating = dtype.is_floating_point
-        if floating != (self.dataset_target != "class"):
+        floating, wanted = dtype.is_floating_point, self.facts.target
+        if floating != (wanted != "class"):
             held = "float targets" if floating else "integer class ids"
             raise DataError(f"{where}: the partitions hold {held} as labels, task {self.name!r} "
-                            f"trains on {self.dataset_target!r} targets; partition with "
-                            f"dataset.target: {self.dataset_target}")
+                            f"trains on {wanted!r} targets; partition with "
+                            f"dataset.target: {wanted}")
 
     def target(self, label: torch.Tensor) -> torch.Tensor:
         """The stored labels in the form :meth:`loss` takes (default: as stored)."""

@@ -17,11 +17,10 @@ class NodeRegression(NodeTask):
     squared and the absolute errors; RMSE, MAE and R² follow exactly over all ranks.
     """
 
-    name = "node_regression"
+    facts_of = "node_regression"
     num_sums = 1  # + 4 per target once bound
     selection_metric = "val_rmse"
     lower_is_better = True
-    dataset_target = "regression"
 
     def bind(self, width: int, train_targets: Optional[Callable[[], Any]] = None) -> None:
         """``width`` targets per node."""

@@ -25,7 +25,7 @@ class FieldRegression(Task):
     """Per-point field values; ``out`` in standardized units. Training ``target``: a tensor
     like ``out``; evaluation and outputs: a :class:`FieldTarget` of whole fields."""
 
-    name = "field_regression"
+    facts_of = "field_regression"
     num_sums = 4
     selection_metric = None  # test figures only: no validation split to pick a best model
 

@@ -36,13 +36,12 @@ from dsgraph.errors import ConfigError, DataError
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
+from dsgraph.tasks.facts import TASK_FACTS
 from dsgraph.modes.sampled.source import PRESAMPLE_BATCHES, Batch, BatchSource, seeded_sampling
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
 PROBE_WIDTH = 4
 SPLITS = ("train", "val", "test")
-# The tasks typed batches train (their targets are the target type's labels).
-TASKS = ("node_classification",)
 
 
 def layer_fanouts(cfg: Config, etypes: Sequence[tuple[str, str, str]]
@@ -77,9 +76,10 @@ class TypedNodeBatches(BatchSource):
         """The partitions exist; the options this source has not got are refused; the model
         builds over the graph's types and has one layer per fanout."""
         s = cfg.sampled
-        if cfg.task_name not in TASKS:
+        if not cfg.task_facts.hetero:  # (their targets are the target type's labels)
+            wanted = [name for name, f in TASK_FACTS.items() if f.hetero]
             raise ConfigError(f"{cfg.source}: task.name: heterogeneous graphs train "
-                              f"{', '.join(map(repr, TASKS))}, got {cfg.task_name!r}")
+                              f"{', '.join(map(repr, wanted))}, got {cfg.task_name!r}")
         if s.feature_cache_policy != "frequency":
             raise ConfigError(f"{cfg.source}: sampled.feature_cache_policy: heterogeneous graphs "
                               f"rank cached rows by 'frequency', got "
