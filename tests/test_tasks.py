@@ -19,7 +19,7 @@ from dsgraph.config import TaskConfig
 from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError, UserError
 from dsgraph.tasks import TASK_CLASSES, Task, task_class
-from dsgraph.tasks.facts import TASK_FACTS
+from dsgraph.config.tasks import TASK_FACTS
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.tasks.multilabel import probabilities
 from dsgraph.tasks.regression import FieldTarget

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, Optional
 from dsgraph.config.fields import (MAX_BATCH, MAX_FANOUT, MAX_LAYERS, MAX_NODES, MAX_PER_HOST,
                                    MAX_POINTS, MAX_PROCESSES, MAX_REPEATS, MAX_SAMPLES, opt)
 from dsgraph.errors import ConfigError
-from dsgraph.tasks.facts import tasks_of_mode
+from dsgraph.config.tasks import tasks_of_mode
 
 GRAPH_DATASETS = ("synthetic", "file", "csv", "ogb", "chunked")
 # Heterogeneous graphs (several node and edge types) train in sampled mode only.

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union
 from dsgraph.config.fields import (MAX_BATCH, MAX_EPOCHS, MAX_FANOUT, MAX_NODES, MAX_PER_HOST,
                                    MAX_PROCESSES, MAX_SEED, MAX_TIMEOUT_S, MAX_WIDTH, opt)
 from dsgraph.config.modes import ModeSection, PhysicsConfig, SampledConfig, SarConfig, SeqaggConfig
-from dsgraph.tasks.facts import TaskFacts, task_facts
+from dsgraph.config.tasks import TaskFacts, task_facts
 
 
 @dataclass

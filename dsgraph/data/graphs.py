@@ -21,7 +21,7 @@ from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
-from dsgraph.tasks.facts import TASK_FACTS, TaskFacts, task_facts
+from dsgraph.config.tasks import TASK_FACTS, TaskFacts, task_facts
 
 from dsgraph.data.chunks import GRAPH_KEYS
 # DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).

@@ -16,7 +16,6 @@ from dsgraph.trainer import Strategy
 from dsgraph.modes.dsmpnn import DsmpnnStrategy
 from dsgraph.modes.sampled import SampledStrategy
 from dsgraph.modes.sar import SarStrategy
-from dsgraph.modes.sar_link import SarLinkStrategy
 
 if TYPE_CHECKING:
     from dsgraph.config import Config
@@ -24,16 +23,14 @@ if TYPE_CHECKING:
 # train.mode -> the Strategy class that runs it.
 MODES: dict[str, type[Strategy]] = {"sampled": SampledStrategy, "sar": SarStrategy,
                                     "dsmpnn": DsmpnnStrategy}
-# (train.mode, what the task trains on) -> the Strategy class when that needs its own.
-TASK_STRATEGIES: dict[tuple[str, str], type[Strategy]] = {("sar", "links"): SarLinkStrategy}
 
 
 def strategy_class(cfg: "Config") -> type[Strategy]:
-    """The Strategy class that runs ``cfg``: its ``train.mode``, what its task trains on and
-    whether its partitions hold a heterogeneous graph."""
+    """The Strategy class that runs ``cfg``'s ``train.mode`` (each picks its source by what the
+    task trains on), refused where the mode cannot train its partitions' kind of graph."""
     mode, section = cfg.train.mode, cfg.mode_section
     if section.PARTITIONED and not section.HETERO and partitions_are_hetero(cfg):
         hetero = [s.MODE for s in mode_sections(cfg) if s.HETERO]
         raise ConfigError(f"{cfg.source}: train.mode: heterogeneous graphs train in "
                           f"{', '.join(map(repr, hetero))}, got {mode!r}")
-    return TASK_STRATEGIES.get((mode, cfg.task_facts.trains_on), MODES[mode])
+    return MODES[mode]

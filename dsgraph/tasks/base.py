@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from dsgraph.config import TaskConfig
-from dsgraph.tasks.facts import TaskFacts, task_facts
+from dsgraph.config.tasks import TaskFacts, task_facts
 
 
 class Task(abc.ABC):
@@ -21,7 +21,7 @@ class Task(abc.ABC):
     evaluated rows (:data:`gathers_rows`; :func:`dsgraph.tasks.evaluation.split_figures`).
     """
 
-    # The task's facts (dsgraph.tasks.facts), set from the ``facts_of`` name a concrete class
+    # The task's facts (dsgraph.config.tasks), set from the ``facts_of`` name a concrete class
     # declares; ``name`` and ``trains_on`` (what a training step's seeds are, by which a mode
     # picks its batches) are read from them.
     facts_of: ClassVar[str]

@@ -2,7 +2,7 @@
 
 Exactness: on 2 METIS and 3 very uneven parts of a directed random graph (edges in one
 direction, both, self-loops, nodes without in-edges), real gloo workers compute the loss of
-their positives (:func:`dsgraph.modes.sar_link.training_pairs`: every undirected pair of the
+their positives (:func:`dsgraph.modes.sar.links.training_pairs`: every undirected pair of the
 graph once over all workers) and drawn negatives through the differentiable row fetch, in rounds of
 positives (one, or many and unequal per worker); in float64 the total loss and every gradient
 (model and decoder) equal a single-process DGL reference on the whole graph with the same pairs
@@ -31,7 +31,7 @@ from tests.dist import sar_cases as harness
 from tests.dist.test_sar_grad import make_graph
 
 WIDTH, NEGATIVES = 8, 3
-# ``chunk``: positives per round of dsgraph.modes.sar_link.link_loss (one round; many, unequal
+# ``chunk``: positives per round of dsgraph.modes.sar.links.link_loss (one round; many, unequal
 # counts of non-empty rounds per worker; a few)
 CASES = [dict(model="gcn", args={"hidden": WIDTH}, mode="sar", loss="bce", decoder="dot",
               chunk=10 ** 6),
@@ -79,7 +79,7 @@ def _link_worker_body(rank: int, world: int, port: int, part_json: str, out_dir:
     from dsgraph.cluster.worker import init_process_group
     from dsgraph.sar.model import prepare_model
     from dsgraph.sar.worker import setup_worker
-    from dsgraph.modes.sar_link import link_loss, training_pairs
+    from dsgraph.modes.sar.links import link_loss, training_pairs
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), OMP_NUM_THREADS="1")

@@ -36,7 +36,7 @@ from dsgraph.errors import ConfigError, DataError
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
-from dsgraph.tasks.facts import TASK_FACTS
+from dsgraph.config.tasks import TASK_FACTS
 from dsgraph.modes.sampled.source import PRESAMPLE_BATCHES, Batch, BatchSource, seeded_sampling
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).

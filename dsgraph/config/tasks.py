@@ -1,7 +1,8 @@
 """What is known of each task without importing it: one torch-free :class:`TaskFacts` per
-``task.name``, read by the config's checks, partitioning, the memory planner, the console and
-the task classes themselves (:class:`dsgraph.tasks.base.Task` takes its name, what it trains on
-and its targets from here), so a task's facts are written once.
+``task.name``, read by the config's checks and mode sections, partitioning, the memory planner,
+``python -m predict``, the console and the task classes themselves
+(:class:`dsgraph.tasks.base.Task` takes its name and what it trains on from here), so a task's
+facts are written once.
 
 A new task adds its line to :data:`TASK_FACTS` and its class to
 :data:`dsgraph.tasks.registry.TASK_CLASSES` (docs/tasks.md).

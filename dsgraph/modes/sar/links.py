@@ -1,4 +1,4 @@
-"""``train.mode: sar`` with ``task.name: link_prediction``: full-batch link prediction.
+"""Node pairs for SAR link prediction: a full-graph source of the SAR runtime.
 
 Each step the model forwards the whole partitioned graph (SAR, as node tasks do), giving every
 worker its own nodes' embeddings. The graph is the training graph: validation and test edges
@@ -22,8 +22,8 @@ batches to leave out).
 """
 from __future__ import annotations
 
-import contextlib
 import math
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -31,20 +31,17 @@ import torch
 from torch import nn
 
 from dsgraph import checkpoint, dist
-from dsgraph.compress import compression_context
 from dsgraph.distgraph.link_evaluate import held_out_edges
 from dsgraph.errors import DataError
-from dsgraph.partition import partition_json
 from dsgraph.partition.meta import read_meta
 from dsgraph.partition.reader import LocalPartition
 from dsgraph.sar.comm import Comm
-from dsgraph.sar.model import prepare_model
 from dsgraph.sar.rows import RowPlan, exchange, fetch_rows
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.tasks.link_prediction import (LinkPrediction, embedding_width, hits_threshold,
                                            make_decoder)
 from dsgraph.trainer import Trainer
-from dsgraph.modes.sar import SarStrategy
+from dsgraph.modes.sar.source import FullGraphSource
 
 EDGES_PER_FETCH = 1024  # held-out edges scored per row fetch (bounds the fetched rows)
 PAIRS_PER_ROUND = 4096  # training positives scored per row fetch (bounds the step's memory)
@@ -108,22 +105,20 @@ def link_loss(task: LinkPrediction, decoder: nn.Module, h: torch.Tensor, pos: to
     return stand_in, total
 
 
-class SarLinkStrategy(SarStrategy):
-    """Full-batch link prediction over the partitions (see the module docstring)."""
+class LinkPairs(FullGraphSource):
+    """Every undirected training pair once over the workers, with fresh negatives per epoch
+    (see the module docstring)."""
 
-    # (pairs, 2) original node ids to score instead of exporting embeddings (predict --pairs)
-    pairs: Optional[np.ndarray] = None
+    task: LinkPrediction
 
     def setup(self, trainer: Trainer) -> nn.Module:
-        """Load this worker's partition, its positives and its share of the held-out edges;
-        build model and decoder."""
-        part_json = partition_json(self.cfg)
+        """This worker's positives and its share of the held-out edges; model and decoder."""
+        part_json, w = self.part_json, self.w
         meta = read_meta(part_json)
         if "link_split" not in meta:
             raise DataError(f"{part_json}: no link_split (held-out edges): the partitions were "
                             f"not made for link prediction; partition with task.name: "
                             f"link_prediction")
-        w = self._load_worker(part_json, trainer)
         self.ranges, n = w.part.node_ranges, w.part.num_global
         self.pos = training_pairs(w.part, w.comm)
         positives = int(dist.all_sum([float(len(self.pos))])[0])
@@ -135,37 +130,24 @@ class SarLinkStrategy(SarStrategy):
         self.new_of = np.empty(n, dtype=np.int64)
         self.new_of[orig] = np.arange(n, dtype=np.int64)
         self.eval_edges = {name: edges.mapped(self.new_of) for name, edges in held_out_edges(
-            part_json.parent / meta["link_split"], n, self.cfg.task, self.cfg.dataset.seed,
+            Path(part_json).parent / meta["link_split"], n, self.cfg.task, self.cfg.dataset.seed,
             trainer.rank, trainer.world).items()}
         width = embedding_width(self.cfg.model.args)
         self.task.bind(width)
         model = trainer.build_model(self.x.shape[1], self.task.head_width(width))
         model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
-        return prepare_model(model)
+        return model
 
-    def num_nodes(self) -> int:
-        """Nodes of the whole graph (the range of ``python -m predict --pairs`` ids)."""
-        return len(self.new_of)
-
-    def train_epoch(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
-        """One full-graph step over every training pair and fresh negatives."""
-        sent0 = self.w.comm.bytes_sent
+    def loss(self, trainer: Trainer, h: torch.Tensor,
+             epoch: int) -> tuple[torch.Tensor, float, list[float]]:
+        """Every training pair against fresh negatives (:func:`link_loss`)."""
         gen = torch.Generator().manual_seed(
             checkpoint.epoch_seed(self.cfg.train.seed, epoch, trainer.rank))
         neg = torch.randint(0, len(self.new_of), (len(self.pos), self.cfg.task.negatives),
                             generator=gen)
-        # the loss outside: see dsgraph/modes/sampled/runtime.py
-        with compression_context(self.cfg.compression) as compressor, (
-                self.w.rebuild_inputs([self.x], compressor) if self.cfg.sar.rebuild_inputs
-                else contextlib.nullcontext()):
-            h = trainer.model(self.w.graph, self.x)
         stand_in, loss = link_loss(self.task, trainer.model.link_decoder, h, self.pos, neg,
                                    self.ranges, self.w.comm, self.loss_terms)
-        del h
-        trainer.step(stand_in)
-        total = dist.all_sum([loss, self.w.comm.bytes_sent - sent0])
-        trainer.advance(loss=total[0])
-        return {"loss": total[0], "bytes_sent": int(total[1])}
+        return stand_in, loss, []
 
     @torch.no_grad()
     def _scores(self, h: torch.Tensor, decoder: nn.Module, src: torch.Tensor,
@@ -178,9 +160,8 @@ class SarLinkStrategy(SarStrategy):
                for a in range(0, rounds * EDGES_PER_FETCH, EDGES_PER_FETCH)]
         return torch.cat(out) if out else h.new_zeros((0,) + tuple(dst.shape[1:]))
 
-    def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
+    def evaluate(self, trainer: Trainer, h: torch.Tensor) -> dict[str, Any]:
         """Validation and test MRR and Hits@K over all workers' held-out edges."""
-        h = trainer.model(self.w.graph, self.x)
         decoder = trainer.model.link_decoder
         parts = {}
         for name, e in self.eval_edges.items():
@@ -194,13 +175,14 @@ class SarLinkStrategy(SarStrategy):
             parts[name] = (scores, torch.full((len(scores),), threshold, dtype=torch.float64))
         return split_figures(self.task, parts)
 
-    def predict(self, trainer: Trainer, embeddings: bool) -> Optional[dict[str, Any]]:
-        """Every node's embedding (the model's output), or with :attr:`pairs` those pairs'
-        ``src``, ``dst``, ``score`` (logit) and ``prob``; read by rank 0."""
-        if self.pairs is None:
-            return super().predict(trainer, False)  # the output is the embedding
+    def predict(self, trainer: Trainer, embeddings: bool,
+                pairs: Optional[np.ndarray]) -> Optional[dict[str, Any]]:
+        """Every node's embedding (the model's output), or ``pairs``' ``src``, ``dst``,
+        ``score`` (logit) and ``prob``; read by rank 0."""
+        if pairs is None:
+            return self.node_outputs(trainer, False)  # the output is the embedding
         h = trainer.model(self.w.graph, self.x)
-        asked = self.pairs if trainer.rank == 0 else np.zeros((0, 2), dtype=np.int64)
+        asked = pairs if trainer.rank == 0 else np.zeros((0, 2), dtype=np.int64)
         ids = torch.from_numpy(self.new_of[asked])
         score = self._scores(h, trainer.model.link_decoder, ids[:, 0], ids[:, 1])
-        return self.task.pair_outputs(self.pairs, score) if trainer.rank == 0 else None
+        return self.task.pair_outputs(pairs, score) if trainer.rank == 0 else None
