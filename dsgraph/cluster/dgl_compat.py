@@ -23,6 +23,14 @@ client listens right after registering, and DGL's own connect step retries a ref
 so ``apply`` caps the sleeps of ``rpc_server`` at :data:`SERVER_CONNECT_WAIT_S`: every job start
 was 3 s slower for nothing.
 
+A client's receiver port is chosen outside the ephemeral range: DGL's client takes a port by
+binding port 0 (an ephemeral one), frees it, tells the servers, and only then listens on it. In
+between, any outgoing connection may be given that port, and a server connecting while nothing
+listens yet may connect its socket to itself (its source port drawn equal to the destination):
+the job start then waits forever. ``apply`` gives the client a free port below (or above) the
+ephemeral range (:func:`client_address`, :mod:`dsgraph.cluster.ports`), which no outgoing
+connection uses.
+
 Sampling is made reproducible: a DGL server samples a trainer's remote seed nodes with its own
 random generator, unseeded and shared by every trainer's requests in whatever order they
 arrive (and sampler processes sample their own partition's with theirs), so the same
@@ -91,6 +99,21 @@ def _seeded(sample: Callable) -> Callable:
     return seeded
 
 
+def client_address(probe_addr: str) -> str:
+    """``ip:port`` a DGL client listens on for its servers: the address on ``probe_addr``'s
+    route (as DGL finds it) and a free port outside the ephemeral range."""
+    import socket
+
+    from dsgraph.cluster.ports import free_port_range
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((probe_addr, 1))  # no packet is sent: it only picks the route
+            ip = sock.getsockname()[0]
+        except (ValueError, OSError):
+            ip = "127.0.0.1"
+    return f"{ip}:{free_port_range(1, host=ip)}"
+
+
 def machine_graph_name(graph_name: str, token: str, machine: int) -> str:
     """The graph name machine ``machine`` of job ``token`` serves its partition under."""
     return f"{graph_name}_{token}_m{machine}"
@@ -133,6 +156,7 @@ def apply(machine: int, token: str, graph_name: str | None = None) -> None:
 
     kvstore.empty_shared_mem = empty_shared_mem
     rpc_client.get_local_machine_id = lambda server_namebook: machine
+    rpc_client.get_local_usable_addr = client_address
     rpc_server.time = _ShortSleeps()
     for name in ("_sample_neighbors", "_sample_etype_neighbors"):
         setattr(graph_services, name, _seeded(getattr(graph_services, name)))

@@ -169,6 +169,11 @@ def test_console_holds_no_dgl_chatter_and_the_logs_do(sampled_run):
     logged = "\n".join(p.read_text(errors="replace")
                        for p in (sampled_run.path / "logs").glob("*.log"))
     assert any(is_chatter(ln) for ln in logged.replace("\r", "\n").splitlines())
+    # every DGL client listened outside the ephemeral range (dgl_compat, dsgraph/cluster/ports.py)
+    from dsgraph.cluster.ports import ephemeral_range
+    lo, hi = ephemeral_range()
+    waits = [int(p) for p in re.findall(r"waits on [\d.]+:(\d+)", logged)]
+    assert len(waits) == 2 and not any(lo <= p <= hi for p in waits), (waits, lo, hi)
 
 
 @pytest.mark.timeout(300)
