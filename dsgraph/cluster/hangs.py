@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import psutil
 
 from dsgraph.cluster import heartbeat
+from dsgraph.cluster.proc import Proc
 from dsgraph.errors import JobFailed
 
-if TYPE_CHECKING:  # (supervise imports this module)
-    from dsgraph.cluster.supervise import Proc
 
 
 @dataclass(frozen=True)
 class Stall:
     """A live process making no progress: for how long, and why."""
 
-    proc: "Proc"  # the supervised process (a stopped child's parent)
+    proc: Proc  # the supervised process (a stopped child's parent)
     seconds: float
     stopped: bool  # stopped (SIGSTOP, a debugger) rather than only silent
     pid: int  # the process that makes no progress: proc's own, or a child's
@@ -49,7 +48,7 @@ class HangWatch:
         """Seconds since the last :meth:`stalls`."""
         return time.time() - self._checked
 
-    def stalls(self, procs: Iterable["Proc"], stopped_s: float, silent_s: float) -> list[Stall]:
+    def stalls(self, procs: Iterable[Proc], stopped_s: float, silent_s: float) -> list[Stall]:
         """Live processes (and their children) stopped for ``stopped_s`` or more, or whose
         heartbeat has been silent for ``silent_s`` or more (0: not judged); the likeliest cause
         first: stopped ones (a supervised process before a child), then the longest without
@@ -101,7 +100,7 @@ class HangWatch:
         return JobFailed(f"{stall.who} made no progress{since}: {why}; log {p.log}")
 
 
-def _children(p: "Proc") -> list[psutil.Process]:
+def _children(p: Proc) -> list[psutil.Process]:
     try:
         return psutil.Process(p.popen.pid).children(recursive=True)
     except psutil.Error:

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Sequence
@@ -31,26 +30,13 @@ from dsgraph.cluster.console import tee
 from dsgraph.cluster.hangs import HangWatch, Stall
 from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
 from dsgraph.cluster.memwatch import MemoryWatch, oom_hint
+from dsgraph.cluster.proc import Proc
 from dsgraph.cluster.reaper import ReaperLink
 from dsgraph.errors import JobFailed, StorageError, UserError
 from dsgraph.fsutil import storage_errors, storage_fault
 
 # How often the supervisor looks for processes that make no progress.
 _CHECK_EVERY_S = 0.5
-
-
-@dataclass
-class Proc:
-    """One supervised process."""
-
-    name: str
-    popen: subprocess.Popen
-    log: Path
-    required: bool  # the job is done when every required process has exited 0
-    ended: float | None = field(default=None)  # wall-clock time its exit was first seen
-    beat: Path | None = field(default=None)  # its heartbeat file (None: it does not beat here)
-    hush: threading.Event | None = field(default=None)  # set: its echo stops (the log goes on)
-    local: bool = field(default=True)  # its pid is the process itself (not an ssh client)
 
 
 class ProcessUserError(UserError):

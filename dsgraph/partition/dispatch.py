@@ -56,17 +56,8 @@ def dispatch_partitions(graph: GraphChunks, assignment: np.ndarray, out_dir: str
     """
     t0 = time.perf_counter()
     out_dir, work = Path(out_dir), Path(work_dir)
-    if out_dir.exists() and not force:  # fail before the expensive work, not after it
-        raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
-    for key, value in (("halo_hops", halo_hops), ("workers", workers)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"dispatch: {key}: expected an integer >= 1, got {value!r}")
-    assign = _check_assignment(graph, assignment)
-    num_parts = int(assign.max()) + 1
-    counts = np.bincount(assign, minlength=num_parts)
-    if (counts == 0).any():
-        raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
-                        f"({graph.num_nodes} nodes into {num_parts} parts); use fewer parts")
+    assign, counts = _check_inputs(graph, assignment, out_dir, force, halo_hops, workers)
+    num_parts = len(counts)
     keys = graph.node_keys()
     offsets = np.asarray(graph.edge_offsets(), dtype=np.int64)
     inputs = {"format": _FORMAT, "num_nodes": int(graph.num_nodes),
@@ -134,6 +125,24 @@ def dispatch_partitions(graph: GraphChunks, assignment: np.ndarray, out_dir: str
     shutil.rmtree(work, ignore_errors=True)
     print(f"dispatch: wrote {out_dir} in {time.perf_counter() - t0:.1f} s", flush=True)
     return out_dir / f"{graph_name}.json"
+
+
+def _check_inputs(graph, assignment: np.ndarray, out_dir: Path, force: bool, halo_hops: int,
+                  workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Refuse what would fail late (an existing output, bad counts, an empty part) before the
+    expensive work; the assignment as int64 and the nodes per part."""
+    if out_dir.exists() and not force:
+        raise UserError(f"{out_dir}: output folder exists; pass --force to replace it")
+    for key, value in (("halo_hops", halo_hops), ("workers", workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"dispatch: {key}: expected an integer >= 1, got {value!r}")
+    assign = _check_assignment(graph, assignment)
+    num_parts = int(assign.max()) + 1
+    counts = np.bincount(assign, minlength=num_parts)
+    if (counts == 0).any():
+        raise UserError(f"partition: part {int(np.argmin(counts))} would be empty "
+                        f"({graph.num_nodes} nodes into {num_parts} parts); use fewer parts")
+    return assign, counts
 
 
 def _check_assignment(graph, assignment: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ Layout of a partitioning of a homogeneous graph into ``num_parts`` parts, under 
   ``label``, the masks, ...), one row per owned node in reshuffled order, plus ``_N/orig_id``:
   the original id of each owned node, so results can be mapped back
   (:func:`dsgraph.partition.reader.orig_ids`).
-- ``part<k>/edge_feat.dgl``: empty.
+- ``part<k>/edge_feat.dgl``: an edge task's ``_N:_E:_N/label``, masks and ``orig_id`` per owned
+  edge in new-id order (:func:`edge_targets`; ``edge_label`` in the JSON); else empty.
 - ``link_split.npz`` (link prediction only; the JSON's ``link_split`` key names it, the integrity
   block checksums it): ``train``, ``val``, ``test``, each ``(pairs, 2)`` int64 original node ids
   (src < dst) of the split's undirected edges (a directed dataset's given split, like
@@ -90,11 +91,9 @@ def write_partitions(g: DGLGraph, assignment: np.ndarray, out_dir: str | os.Path
     from the given ``stats`` and adding per-part counts, wall time and peak RSS. The JSON's
     integrity block records every file's size and sha256, the graph's fingerprint and
     ``source``, the config sections that made the files (:func:`dsgraph.partition.meta.
-    partition_source`; None from library code). ``link_split`` (link prediction's held-out
-    edges, :func:`dsgraph.data.link_split.split_edges`) goes to ``link_split.npz`` beside the
-    JSON, listed as its ``link_split`` key and checksummed like the part files; ``user_ids``
-    (the loader's :func:`dsgraph.data.csv_dataset.user_node_ids`, one node type) to
-    ``user_node_ids.npz`` likewise.
+    partition_source`; None from library code). ``link_split`` (held-out edges,
+    :func:`dsgraph.data.link_split.split_edges`) and ``user_ids`` (one node type) go to the
+    sidecars the module docstring lists.
     """
     t0 = time.perf_counter()
     src_np, dst_np = (t.numpy() for t in g.edges())
