@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Optional
 
 from dsgraph.distgraph.budget import cache_row_bytes, feature_budget_bytes
 from dsgraph.errors import ConfigError, DataError, UserError
+from dsgraph.partition.ndarray_file import read_headers
 
 MB = float(1 << 20)
 # Calibrated constants (MiB or multiples of file bytes), measured on real jobs.
@@ -112,19 +112,9 @@ class MemoryPlan:
 
 def _tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], int]]:
     """name -> (shape, bytes per value) of a ``save_tensors`` file, read from its headers
-    (layout: :mod:`dsgraph.partition.ndarray_file`); the data is skipped, never read."""
-    out: dict[str, tuple[tuple[int, ...], int]] = {}
+    (:func:`dsgraph.partition.ndarray_file.read_headers`); the data is skipped, never read."""
     with open(path, "rb") as fh:
-        _magic, count, _ = struct.unpack("<QQQ", fh.read(24))
-        for _ in range(count):
-            (n,) = struct.unpack("<Q", fh.read(8))
-            name = fh.read(n).decode()
-            _m, _r, _dt, _di, ndim, _code, bits, _lanes = struct.unpack("<QQiiiBBH", fh.read(32))
-            shape = struct.unpack(f"<{ndim}q", fh.read(8 * ndim)) if ndim else ()
-            (nbytes,) = struct.unpack("<q", fh.read(8))
-            fh.seek(nbytes, os.SEEK_CUR)
-            out[name] = (tuple(shape), max(bits // 8, 1))
-    return out
+        return {h.name: (h.shape, h.value_bytes) for h in read_headers(fh)}
 
 
 @dataclass

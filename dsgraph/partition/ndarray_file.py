@@ -11,10 +11,12 @@ itself with the same names (:func:`probe_layout`), as is each dtype's code.
 """
 from __future__ import annotations
 
+import io
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -37,6 +39,40 @@ class TensorSlot:
         return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
 
 
+@dataclass(frozen=True)
+class TensorHeader:
+    """One tensor's header in a tensor-dict file: its name, dtype bytes (code, bits, lanes),
+    shape, and where its data lies."""
+
+    name: str
+    dtype_bytes: bytes
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of one value (from the dtype's bits)."""
+        return max(self.dtype_bytes[1] // 8, 1)
+
+
+def read_headers(fh: BinaryIO) -> Iterator[TensorHeader]:
+    """The headers of a tensor-dict file open at its start, in file order; each tensor's data
+    is skipped (seeked over), never read."""
+    _magic, count, _ = struct.unpack("<QQQ", fh.read(24))
+    for _ in range(count):
+        (length,) = struct.unpack("<Q", fh.read(8))
+        name = fh.read(length).decode()
+        fh.seek(16 + 8, os.SEEK_CUR)  # array magic and reserved, device type and id
+        (ndim,) = struct.unpack("<i", fh.read(4))
+        dtype_bytes = fh.read(4)
+        shape = struct.unpack(f"<{ndim}q", fh.read(8 * ndim)) if ndim else ()
+        (nbytes,) = struct.unpack("<q", fh.read(8))
+        offset = fh.tell()
+        fh.seek(nbytes, os.SEEK_CUR)
+        yield TensorHeader(name, dtype_bytes, tuple(shape), offset, nbytes)
+
+
 def probe_layout(tensors: dict[str, tuple[np.dtype, tuple[int, ...]]], probe_path: Path
                  ) -> list[tuple[str, bytes]]:
     """``[(name, dtype bytes)]`` in the order ``save_tensors`` writes ``tensors`` (name ->
@@ -49,17 +85,7 @@ def probe_layout(tensors: dict[str, tuple[np.dtype, tuple[int, ...]]], probe_pat
     save_tensors(str(probe_path), dummy)
     data = probe_path.read_bytes()
     probe_path.unlink()
-    off, out = 24, []
-    for _ in range(len(tensors)):
-        (length,) = struct.unpack_from("<Q", data, off)
-        name = data[off + 8:off + 8 + length].decode()
-        off += 8 + length + 16 + 8  # name, magic and reserved, device
-        (ndim,) = struct.unpack_from("<i", data, off)
-        out.append((name, data[off + 4:off + 8]))
-        off += 8 + 8 * ndim
-        (nbytes,) = struct.unpack_from("<q", data, off)
-        off += 8 + nbytes
-    return out
+    return [(h.name, h.dtype_bytes) for h in read_headers(io.BytesIO(data))]
 
 
 def create_tensor_file(path: Path, order: list[tuple[str, bytes]],
