@@ -1,9 +1,10 @@
 """What the stock DistDGL peers (``stock_dgl_trainer``: node classification,
-``stock_dgl_link_trainer``: link prediction) share, written as DGL's distributed examples do it.
+``stock_dgl_link_trainer``: link prediction, ``stock_dgl_rgcn_trainer``: RGCN) share, written as
+DGL's distributed examples do it.
 
 Like the trainers it imports only the standard library, torch and dgl (no dsgraph code; the
-tests check the imports of all three): the model stack, the connection, the collectives, the
-exact layer-wise inference and the summary file.
+tests check the imports of all of them): the model stack, the connection, the collectives, the
+epoch loop, the exact layer-wise inference and the metrics files.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import argparse
 import json
 import logging
 import os
+import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import dgl
 import torch
@@ -133,6 +135,32 @@ def layerwise_inference(model: StackedGNN, g: Any, batch_size: int) -> Any:
         g.barrier()  # every share written before anyone reads this layer
         x = y
     return x
+
+
+def run_epochs(args: argparse.Namespace, rank: int, run_dir: Path,
+               train_epoch: Callable[[], dict[str, Any]], rate_key: str,
+               line: Callable[[int, dict[str, Any]], str],
+               before: Optional[Callable[[], None]] = None) -> float:
+    """The examples' epoch loop: per epoch, torch and DGL seeded from (``--seed``, rank, epoch),
+    ``before()`` (a barrier, say), one ``train_epoch()``, its record appended to
+    ``stock_metrics.jsonl`` and ``line(epoch, record)`` printed by rank 0. Returns the median
+    ``rate_key`` over the epochs after the first (warm-up)."""
+    metrics_path = run_dir / "stock_metrics.jsonl"
+    if rank == 0:
+        metrics_path.write_text("")
+    rates = []
+    for epoch in range(1, args.epochs + 1):
+        epoch_seed = args.seed * 1000 + rank + epoch
+        torch.manual_seed(epoch_seed)  # the loader's shuffle (and a link loader's negatives)
+        dgl.seed(epoch_seed)  # neighbour sampling
+        if before is not None:
+            before()
+        rec = {"epoch": epoch, **train_epoch()}
+        rates.append(rec[rate_key])
+        if rank == 0:
+            append_metrics(metrics_path, rec)
+            print(line(epoch, rec), flush=True)
+    return statistics.median(rates[1:] or rates) if rates else 0.0
 
 
 def append_metrics(path: Path, record: dict[str, Any]) -> None:

@@ -33,7 +33,6 @@ OGB); Hits@K counts a positive strictly above the K-th best shared negative pair
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,9 @@ import torch.nn.functional as F
 from dgl.dataloading import DistEdgeDataLoader
 from torch import nn
 
-from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce,
-                                         append_metrics, connect, disconnect,
-                                         layerwise_inference, write_json_atomic)
+from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce, connect,
+                                         disconnect, layerwise_inference, run_epochs,
+                                         write_json_atomic)
 
 _ROWS_PER_READ = 1024  # held-out edges scored per embedding read (bounds each RPC message)
 
@@ -177,20 +176,10 @@ def main() -> None:
     model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
 
-    metrics_path = run_dir / "stock_metrics.jsonl"
-    if rank == 0:
-        metrics_path.write_text("")
-    rates = []
-    for epoch in range(1, args.epochs + 1):
-        epoch_seed = args.seed * 1000 + rank + epoch
-        torch.manual_seed(epoch_seed)  # the loader's shuffle and the negatives
-        dgl.seed(epoch_seed)  # neighbour sampling
-        rec = {"epoch": epoch, **train_epoch(model, opt, g, loader)}
-        rates.append(rec["edges_per_s"])
-        if rank == 0:
-            append_metrics(metrics_path, rec)
-            print(f"stock epoch {epoch}: {rec['edges_per_s']:.0f} edges/s, "
-                  f"loss {rec['loss']:.4f}", flush=True)
+    rate = run_epochs(args, rank, run_dir, lambda: train_epoch(model, opt, g, loader),
+                      "edges_per_s", lambda epoch, rec: (
+                          f"stock epoch {epoch}: {rec['edges_per_s']:.0f} edges/s, "
+                          f"loss {rec['loss']:.4f}"))
 
     h = layerwise_inference(net, g, args.eval_batch_size)
     figures = link_metrics(h, edges, args.hits_k, rank, world)
@@ -198,7 +187,7 @@ def main() -> None:
     if rank == 0:
         write_json_atomic(run_dir / "stock_summary.json", {
             **figures,  # test_mrr, val_mrr, test_hits<K>, val_hits<K>
-            "edges_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
+            "edges_per_s": rate,
             "wall_s": time.perf_counter() - t_start, "epochs": args.epochs,
             "num_parts": int(pb.num_partitions()), "trainers": world,
             "remove_edge": args.remove_edge})

@@ -21,7 +21,6 @@ fanouts. Rank 0 writes ``stock_metrics.jsonl`` (one line per epoch) and ``stock_
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -33,8 +32,8 @@ import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
-from benchmarks.stock_dgl_common import (add_common_args, all_reduce, append_metrics, connect,
-                                         count_classes, disconnect, write_json_atomic)
+from benchmarks.stock_dgl_common import (add_common_args, all_reduce, connect, count_classes,
+                                         disconnect, run_epochs, write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -222,29 +221,20 @@ def main() -> None:
     loader = DistNodeDataLoader(g, {target: train_nid}, sampler, batch_size=args.batch_size,
                                 shuffle=True, drop_last=False)
 
-    metrics_path = run_dir / "stock_metrics.jsonl"
-    if rank == 0:
-        metrics_path.write_text("")
-    rates = []
-    for epoch in range(1, args.epochs + 1):
-        epoch_seed = args.seed * 1000 + rank + epoch
-        torch.manual_seed(epoch_seed)
-        dgl.seed(epoch_seed)
-        g.barrier()  # every trainer starts the clock together
-        rec = {"epoch": epoch, **train_epoch(model, inputs, opt, sparse_opt, loader,
-                                             data["label"], target)}
-        rates.append(rec["samples_per_s"])
-        if rank == 0:
-            append_metrics(metrics_path, rec)
-            print(f"stock rgcn epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, "
-                  f"loss {rec['loss']:.4f}, train_acc {rec['train_acc']:.4f}", flush=True)
+    rate = run_epochs(
+        args, rank, run_dir,
+        lambda: train_epoch(model, inputs, opt, sparse_opt, loader, data["label"], target),
+        "samples_per_s", lambda epoch, rec: (
+            f"stock rgcn epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, "
+            f"loss {rec['loss']:.4f}, train_acc {rec['train_acc']:.4f}"),
+        before=g.barrier)  # every trainer starts the clock together
 
     test_acc = sampled_test_accuracy(net, inputs, g, target, test_nid, fanouts,
                                      args.eval_batch_size)
     if rank == 0:
         write_json_atomic(run_dir / "stock_summary.json", {
             "test_acc": test_acc, "val_acc": None, "eval": "sampled", "target_ntype": target,
-            "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
+            "samples_per_s": rate,
             "epochs": args.epochs, "num_parts": int(pb.num_partitions()), "trainers": world,
             "num_classes": num_classes, "train_seeds_per_trainer": keep})
         print(f"stock rgcn test_acc {test_acc:.4f} (sampled evaluation)", flush=True)

@@ -20,7 +20,6 @@ folder.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +31,9 @@ import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
-from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce,
-                                         append_metrics, connect, count_classes, disconnect,
-                                         layerwise_inference, write_json_atomic)
+from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce, connect,
+                                         count_classes, disconnect, layerwise_inference,
+                                         run_epochs, write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -124,21 +123,12 @@ def main() -> None:
     model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
 
-    metrics_path = run_dir / "stock_metrics.jsonl"
-    if rank == 0:
-        metrics_path.write_text("")
-    rates = []
-    for epoch in range(1, args.epochs + 1):
-        epoch_seed = args.seed * 1000 + rank + epoch
-        torch.manual_seed(epoch_seed)
-        dgl.seed(epoch_seed)
-        rec = {"epoch": epoch, **train_epoch(model, opt, g, ids["train"], fanouts,
-                                             args.batch_size)}
-        rates.append(rec["samples_per_s"])
-        if rank == 0:
-            append_metrics(metrics_path, rec)
-            print(f"stock epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, "
-                  f"loss {rec['loss']:.4f}, train_acc {rec['train_acc']:.4f}", flush=True)
+    rate = run_epochs(
+        args, rank, run_dir,
+        lambda: train_epoch(model, opt, g, ids["train"], fanouts, args.batch_size),
+        "samples_per_s", lambda epoch, rec: (
+            f"stock epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, loss {rec['loss']:.4f}, "
+            f"train_acc {rec['train_acc']:.4f}"))
 
     if args.eval == "sampled":
         acc = {"val_acc": None, **sampled_test_accuracy(net, g, ids["test"], fanouts,
@@ -150,7 +140,7 @@ def main() -> None:
     if rank == 0:
         write_json_atomic(run_dir / "stock_summary.json", {
             "test_acc": acc["test_acc"], "val_acc": acc["val_acc"], "eval": args.eval,
-            "samples_per_s": statistics.median(rates[1:] or rates) if rates else 0.0,
+            "samples_per_s": rate,
             "epochs": args.epochs, "num_parts": int(pb.num_partitions()), "trainers": world})
         print(f"stock test_acc {acc['test_acc']:.4f} ({args.eval} evaluation)", flush=True)
     disconnect()
