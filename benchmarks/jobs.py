@@ -8,7 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from benchmarks.harness import environ, median
 from benchmarks.jobmem import JobMemory
@@ -110,6 +110,30 @@ def measured_job(cfg: Config, out: Path, stock_trainer: Optional[str] = None,
     else:
         summary, epochs = job.summary, job.epochs
     return Measured(summary, epochs, mem.peak_mb or None, load1, time.perf_counter() - t0)
+
+
+def round_robin(settings: Sequence[Any], repeats: Callable[[Any], int], hosts: Mapping[str, Any],
+                folder: Path, first_port: int,
+                run_one: Callable[[Any, int, int, list[str]], dict],
+                progress: Callable[[dict], str]) -> dict[str, list[dict]]:
+    """Every setting's runs (``repeats(setting)`` each), interleaved: repeat r of every setting
+    before repeat r + 1, so the machine's drift hits all alike. ``run_one(setting, index,
+    repeat, host_sets)`` runs one job; a setting whose ``link`` is one of ``hosts`` (emulated
+    hosts, :func:`emulated_links`) gets :func:`host_sets` with a fresh server port per job (no
+    TIME_WAIT clash). Prints each run's ``progress``; returns the runs by setting name."""
+    runs: dict[str, list[dict]] = {s.name: [] for s in settings}
+    port = first_port
+    for r in range(max((repeats(s) for s in settings), default=0)):
+        for i, s in enumerate(settings):
+            if r >= repeats(s):
+                continue
+            sets: list[str] = []
+            if s.link in hosts:
+                port += 1
+                sets = host_sets(folder, hosts[s.link], port)
+            runs[s.name].append(run_one(s, i, r, sets))
+            print(f"  [{r + 1}/{repeats(s)}] {s.name}: {progress(runs[s.name][-1])}", flush=True)
+    return runs
 
 
 def median_row(row: dict, runs: list[dict]) -> dict:

@@ -231,3 +231,29 @@ def test_dsmpnn_job_pool_gives_a_two_worker_job_both_cores(tmp_path):
     assert not (tmp_path / "done").exists()
     with pytest.raises(RuntimeError, match="(?s)run bad failed:.*boom"):
         run_cmds([job("bad", 1, fail=True)], slots=2)
+
+
+def test_repeats_run_round_robin_with_a_fresh_port_per_emulated_job(tmp_path, capsys):
+    # the one repeat loop of the sampled, hetero and tasks benchmarks: repeat r of every
+    # setting before repeat r + 1, each setting its own count, a new server port per job on an
+    # emulated link
+    from types import SimpleNamespace
+
+    from benchmarks import jobs
+    settings = [SimpleNamespace(name="a", link="local"), SimpleNamespace(name="b", link="veth"),
+                SimpleNamespace(name="c", link="local")]
+    order = []
+
+    def run_one(s, i, r, host_sets):
+        order.append((s.name, r, tuple(host_sets)))
+        return {"rate": 10 * r + i}
+
+    hosts = {"veth": (["ns0", "ns1"], ["10.0.0.1", "10.0.0.2"])}
+    runs = jobs.round_robin(settings, lambda s: 1 if s.name == "c" else 2, hosts, tmp_path,
+                            30000, run_one, lambda got: f"{got['rate']} seeds/s")
+    assert [(n, r) for n, r, _ in order] == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1)]
+    ports = [sets for n, _, sets in order if n == "b"]
+    assert ports[0] != ports[1] and all(ports) and not any(s for n, _, s in order if n != "b")
+    assert runs == {"a": [{"rate": 0}, {"rate": 10}], "b": [{"rate": 1}, {"rate": 11}],
+                    "c": [{"rate": 2}]}
+    assert "[2/2] b: 11 seeds/s" in capsys.readouterr().out

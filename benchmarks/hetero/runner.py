@@ -130,18 +130,10 @@ def run(quick: bool) -> Path:
         npz = partitions(base, tmp)
         hosts, skipped = jobs.emulated_links(stack, st.THROTTLE)
         rows_run = [s for s in st.settings() if s.link == "local" or s.link in hosts]
-        runs: dict[str, list[dict]] = {s.name: [] for s in rows_run}
-        port = 30250
-        for r in range(repeats):
-            for i, s in enumerate(rows_run):
-                host_sets: list[str] = []
-                if s.link in hosts:
-                    port += 1  # a fresh server port per job: no TIME_WAIT clash
-                    host_sets = jobs.host_sets(tmp, hosts[s.link], port)
-                runs[s.name].append(_run(s, base, npz, tmp, f"run{i}-{r}", host_sets))
-                got = runs[s.name][-1]
-                print(f"  [{r + 1}/{repeats}] {s.name}: {got['samples_per_s']:,.0f} seeds/s, "
-                      f"test_acc {got['test_acc']:.4f}", flush=True)
+        runs = jobs.round_robin(
+            rows_run, lambda s: repeats, hosts, tmp, 30250,
+            lambda s, i, r, host_sets: _run(s, base, npz, tmp, f"run{i}-{r}", host_sets),
+            lambda got: f"{got['samples_per_s']:,.0f} seeds/s, test_acc {got['test_acc']:.4f}")
     for row in compare([_row(s, runs[s.name]) for s in rows_run]):
         report.add(row)
     report.extra["skipped"] = skipped

@@ -91,17 +91,10 @@ def run(quick: bool) -> Path:
         _partitions(base, tmp)
         hosts, skipped = jobs.emulated_links(stack, THROTTLE)
         rows_run = [s for s in settings() if s.link == "local" or s.link in hosts]
-        runs: dict[str, list[dict]] = {s.name: [] for s in rows_run}
-        port = 30050
-        for r in range(repeats):
-            for i, s in enumerate(rows_run):
-                host_sets: list[str] = []
-                if s.link in hosts:
-                    port += 1  # a fresh server port per job: no TIME_WAIT clash
-                    host_sets = jobs.host_sets(tmp, hosts[s.link], port)
-                runs[s.name].append(_run(s, base, tmp, f"run{i}-{r}", host_sets))
-                print(f"  [{r + 1}/{repeats}] {s.name}: "
-                      f"{runs[s.name][-1]['samples_per_s']:,.0f} seeds/s", flush=True)
+        runs = jobs.round_robin(
+            rows_run, lambda s: repeats, hosts, tmp, 30050,
+            lambda s, i, r, host_sets: _run(s, base, tmp, f"run{i}-{r}", host_sets),
+            lambda got: f"{got['samples_per_s']:,.0f} seeds/s")
     rows = {s.name: _row(s, runs[s.name]) for s in rows_run}
     for row in rows.values():
         ref = stock_row(rows.values(), row["link"])

@@ -123,20 +123,12 @@ def run(quick: bool) -> Path:
         hosts, skipped = jobs.emulated_links(stack, THROTTLE)
         rows = [s for s in rows if s.link == "local" or s.link in hosts]
         stock = _partitions(rows, base, tmp)
-        runs: dict[str, list[dict]] = {s.name: [] for s in rows}
-        port = 30150
-        for r in range(max(repeats, seeds)):
-            for i, s in enumerate(rows):
-                if r >= (repeats if s.timed else seeds):
-                    continue
-                host_sets: list[str] = []
-                if s.link in hosts:
-                    port += 1  # a fresh server port per job: no TIME_WAIT clash
-                    host_sets = jobs.host_sets(tmp, hosts[s.link], port)
-                seed = 0 if s.timed else r  # accuracy rows: one run per training seed
-                runs[s.name].append(_run(s, base[s.config], tmp, f"run{i}-{r}", host_sets,
-                                         stock, seed, quick))
-                print(f"  [{r + 1}] {s.name}: {_progress(runs[s.name][-1])}", flush=True)
+        # accuracy rows: one run per training seed; timed rows: repeats of seed 0
+        runs = jobs.round_robin(
+            rows, lambda s: repeats if s.timed else seeds, hosts, tmp, 30150,
+            lambda s, i, r, host_sets: _run(s, base[s.config], tmp, f"run{i}-{r}", host_sets,
+                                            stock, 0 if s.timed else r, quick),
+            _progress)
     for s in rows:
         report.add(_row(s, runs[s.name], _task_of(s)))
     for row in report.records:
