@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from benchmarks.harness import environ, median
-from benchmarks.jobmem import JobMemory
+from dsgraph.cluster import memwatch
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.cluster.netns import HostsUnavailable, emulated_hosts
 from dsgraph.config import Config
@@ -89,13 +89,31 @@ class Measured:
         return median(values) if values else None
 
 
+class SupervisedMemory:
+    """``with SupervisedMemory() as mem: <one supervised job>``; then ``mem.peak_mb`` is the
+    job's memory as its supervisor measured it (``job_memory_mb`` of ``metrics.json``: the peak
+    summed PSS of its processes, :class:`dsgraph.cluster.memwatch.MemoryWatch`), the one
+    instrument for dsgraph's and stock DGL's jobs alike; None if no job ended."""
+
+    peak_mb: Optional[float] = None
+
+    def __enter__(self) -> "SupervisedMemory":
+        memwatch.forget_last_job()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        record = memwatch.last_job()
+        self.peak_mb = record["job_memory_mb"] if record else None
+
+
 def measured_job(cfg: Config, out: Path, stock_trainer: Optional[str] = None,
                  stock_args: Sequence[str] = (), part_config: Optional[Path] = None) -> Measured:
-    """Run one fresh job of ``cfg`` in ``out`` under :class:`JobMemory`: dsgraph's trainer, or
-    with ``stock_trainer`` that module (``stock_args``) on ``part_config``'s unpatched
-    servers, whose ``stock_summary.json`` / ``stock_metrics.jsonl`` stand in for metrics."""
+    """Run one fresh job of ``cfg`` in ``out`` (its memory: :class:`SupervisedMemory`):
+    dsgraph's trainer, or with ``stock_trainer`` that module (``stock_args``) on
+    ``part_config``'s unpatched servers, whose ``stock_summary.json`` /
+    ``stock_metrics.jsonl`` stand in for metrics."""
     load1, t0 = os.getloadavg()[0], time.perf_counter()
-    with JobMemory() as mem:
+    with SupervisedMemory() as mem:
         if stock_trainer is not None:
             run_dir = run_folder(cfg, out)
             peaks = run_dgl_job(run_dir, part_config, cfg.cluster, stock_trainer, stock_args,

@@ -76,7 +76,7 @@ def _config_args(data: Path, parts: int, pipeline: str, out: Path,
 def measure(spec: dict) -> dict:
     """(Worker side) run one partitioner as a child process; time it, watch its memory, then
     recompute its cut and balance from what it wrote."""
-    from benchmarks.jobmem import JobMemory
+    from dsgraph.cluster.memwatch import MemoryWatch
 
     out = Path(spec["out"])
     if spec["method"] == "dgl":
@@ -87,15 +87,24 @@ def measure(spec: dict) -> dict:
                *_config_args(Path(spec["data"]), spec["parts"], pipeline, out,
                              spec.get("memory_mb"))]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    # The command in a process group of its own, whose summed PSS (its workers' included) the
+    # supervisor's instrument reads, as it reads a training job's.
+    mem = MemoryWatch(pss_every_s=0.2)
     t0 = time.perf_counter()
-    with JobMemory() as mem:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        while proc.poll() is None:
+            mem.sample([(spec["method"], proc.pid, True)])
+            time.sleep(0.1)
+        log.seek(0)
+        output = log.read()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        tail = output.strip().splitlines()[-3:]
         raise RuntimeError(f"{spec['method']} {spec['parts']} parts failed: " + " | ".join(tail))
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    result = {"wall_s": wall, "peak_rss_mb": peak, "job_memory_mb": mem.peak_mb,
+    result = {"wall_s": wall, "peak_rss_mb": peak, "job_memory_mb": mem.job_mb,
               **_quality(Path(spec["data"]), out / "graph.json", spec["parts"])}
     stats = out / "partition_stats.json"
     if stats.is_file():

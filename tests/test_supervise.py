@@ -448,3 +448,17 @@ def test_the_job_timeout_names_where_each_live_process_waits(tmp_path):
         assert (f"{name} in <string>:4 waits_for_a_peer < dsgraph/cluster/worker.py:"
                 in msg), msg
     assert "\n" not in msg
+
+
+@pytest.mark.timeout(60)
+def test_benchmarks_read_the_job_memory_the_supervisor_measured(tmp_path):
+    # one instrument: a benchmark's job_memory_mb is the supervisor's (metrics.json's) figure
+    from benchmarks.jobs import SupervisedMemory
+    hold = "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); import time; " \
+           "time.sleep(2)"
+    with SupervisedMemory() as mem:
+        with Supervisor(tmp_path, timeout_s=30) as sup:
+            sup.spawn("worker0", [sys.executable, "-c", hold], dict(os.environ))
+            sup.wait()
+    assert mem.peak_mb is not None and 200 <= mem.peak_mb < 400, mem.peak_mb
+    assert mem.peak_mb == sup.memory.record()["job_memory_mb"]

@@ -22,7 +22,8 @@ Rows needing namespaces are skipped, with the reason in the report, where they c
 
 Both systems evaluate once, after training, on the test papers' neighbourhoods sampled with the
 training fanouts. Job memory (``job_memory_mb``) is the peak summed PSS of every process of a
-job (:class:`benchmarks.jobmem.JobMemory`, shared memory counted once). Samples/s = training
+job, as its supervisor measures it (:class:`benchmarks.jobs.SupervisedMemory`, shared memory
+counted once). Samples/s = training
 seeds per second summed over trainers, median over epochs 2.. of a run, then median over repeats
 (with the spread of the repeats). ``--quick``: 4k papers, 2 epochs, 1 repeat.
 """

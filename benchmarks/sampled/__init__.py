@@ -22,8 +22,8 @@ off or on (``no feature cache``: ``sampled.feature_memory_mb=0``, every remote r
 that holds every remote row in each encoding, so every remote read goes through the codec).
 
 Job memory (``job_memory_mb``) is the peak summed PSS of every process of a job
-(:class:`benchmarks.jobmem.JobMemory`, shared memory counted once), measured the same way for
-stock and dsgraph rows.
+(:class:`benchmarks.jobs.SupervisedMemory`: the supervisor's figure, shared memory counted
+once), measured the same way for stock and dsgraph rows.
 
 Samples/s = training seeds per second summed over trainers (seeds / slowest trainer's loop),
 median over epochs 2.. of a run, then median over repeats (with the spread of the repeats).

@@ -24,8 +24,8 @@ trainer per host, each host with its own /dev/shm) on a ``veth`` link and on one
 - ``defaults``: dsgraph's defaults (a quarter of the trainer's share of its partition's feature
   bytes, 8-bit rows).
 
-Job memory is the peak summed PSS of every process of a job (:class:`benchmarks.jobmem.JobMemory`
-around each job, stock and dsgraph alike: shared memory counted once); ``peak_rss_mb`` is the
+Job memory is the peak summed PSS of every process of a job, as its supervisor measures it
+(:class:`benchmarks.jobs.SupervisedMemory`, stock and dsgraph alike: shared memory counted once); ``peak_rss_mb`` is the
 largest process's peak RSS, ``planned_peak_mb`` dsgraph's memory plan's largest process.
 Samples/s = training seeds per second summed over trainers, median over epochs 2.., then over
 repeats (default 2, with min/max). Stock, no_cache and defaults run first, repeats round-robin

@@ -12,7 +12,8 @@ contrastive loss, SAR full-batch training, and the feature-only MLP. Node tasks
 Edges/s = positive training edges per second summed over trainers, median over epochs 2.. of a
 run, then over repeats (timed rows; spread shown). Accuracy rows run once per training seed
 (0, 1): median and range. ``job_memory_mb``: the peak over the job of the summed PSS of every
-process it started (:mod:`benchmarks.jobmem`: shared memory counted once).
+process of the job, as its supervisor measures it (:class:`benchmarks.jobs.SupervisedMemory`:
+shared memory counted once).
 """
 from benchmarks.tasks.report import VIEW, render
 from benchmarks.tasks.runner import run

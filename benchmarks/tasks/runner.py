@@ -12,7 +12,6 @@ from typing import Any, Optional
 
 from benchmarks import jobs
 from benchmarks.harness import Report, median
-from benchmarks.jobmem import JobMemory
 from benchmarks.stock_link_inputs import TRAINER as STOCK_TRAINER
 from benchmarks.stock_link_inputs import build
 from benchmarks.tasks.report import SCORES, VIEW
@@ -54,7 +53,7 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str, host_sets:
             f"cluster.trainers_per_machine={setting.trainers // setting.parts}"]
     cfg = config_mod.load(setting.config, sets)
     load1, t0 = os.getloadavg()[0], time.perf_counter()
-    with JobMemory() as mem:
+    with jobs.SupervisedMemory() as mem:
         if setting.system == "stock":
             inputs = stock[part_dir]
             run_dir = jobs.run_folder(cfg, tmp / run_name)
