@@ -117,8 +117,8 @@ def _quality(data: Path, part_json: Path, parts: int) -> dict:
     """Edge cut, node and training balance of a partitioning, from its files and the input."""
     from dgl.data.utils import load_tensors
 
-    from dsgraph.data.chunked import open_chunked
-    from dsgraph.data.chunks import iter_edges, read_node_key
+    from dsgraph.data.chunked.folder import open_chunked
+    from dsgraph.data.chunked.contract import iter_edges, read_node_key
     graph = open_chunked(data)
     meta = json.loads(part_json.read_text())
     assign = np.empty(graph.num_nodes, dtype=np.int8)
@@ -315,7 +315,7 @@ def _run_dgl(spec: dict) -> None:
     import dgl
     import torch
 
-    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunked.folder import open_chunked
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     g = open_chunked(spec["data"]).to_dgl()
     orig, _ = dgl.distributed.partition_graph(

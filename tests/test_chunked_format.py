@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from dsgraph.data.chunked import ChunkedGraph, open_chunked
-from dsgraph.data.chunked_write import write_chunked, write_graph_chunks
-from dsgraph.data.chunks import GraphChunks, InMemoryChunks, read_node_key
+from dsgraph.data.chunked.folder import ChunkedGraph, open_chunked
+from dsgraph.data.chunked.write import write_chunked, write_graph_chunks
+from dsgraph.data.chunked.contract import GraphChunks, InMemoryChunks, read_node_key
 from dsgraph.errors import DataError, UserError
 
 N, E = 100, 500

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from dsgraph.config import DatasetConfig
-from dsgraph.data.chunked import open_chunked
-from dsgraph.data.chunked_hetero import is_hetero_chunked, load_chunked_hetero, write_hetero_chunked
-from dsgraph.data.chunks import InMemoryChunks
-from dsgraph.data.chunked_write import write_graph_chunks
+from dsgraph.data.chunked.folder import open_chunked
+from dsgraph.data.hetero.chunked import is_hetero_chunked, load_chunked_hetero, write_hetero_chunked
+from dsgraph.data.chunked.contract import InMemoryChunks
+from dsgraph.data.chunked.write import write_graph_chunks
 from dsgraph.data.graphs import load_graph
-from dsgraph.data.hetero import add_reverse_relations, generate_hetero
+from dsgraph.data.hetero.contract import add_reverse_relations, generate_hetero
 from dsgraph.data.split import MASKS, random_split
 from dsgraph.errors import ConfigError, UserError
 from tests.test_chunked_format import _edit, _one_line_error, toy_graph

@@ -12,7 +12,7 @@ import torch
 from dgl.data.utils import load_tensors
 
 from dsgraph.config import DatasetConfig, load
-from dsgraph.data.chunks import InMemoryChunks
+from dsgraph.data.chunked.contract import InMemoryChunks
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import DataError, UserError
 from dsgraph.partition.dispatch import FAIL_AFTER, dispatch_partitions

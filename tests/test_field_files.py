@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dsgraph import config as cfgmod
-from dsgraph.data.field_files import read_field_file
+from dsgraph.data.fields.files import read_field_file
 from dsgraph.errors import ConfigError, DataError
 from dsgraph.physics.fields import load_fields
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from dsgraph.config import DatasetConfig
-from dsgraph.data.hetero import (add_reverse_relations, class_factors, generate_hetero,
+from dsgraph.data.hetero.contract import (add_reverse_relations, class_factors, generate_hetero,
                                  is_hetero_csv, is_hetero_ogb, target_ntype)
-from dsgraph.data.hetero_files import load_csv_hetero, load_ogb_hetero
+from dsgraph.data.hetero.files import load_csv_hetero, load_ogb_hetero
 from dsgraph.data.split import MASKS, random_split
 from dsgraph.errors import DataError
 

@@ -15,8 +15,8 @@ import torch
 
 from dsgraph import config as config_mod
 from dsgraph.config import DatasetConfig
-from dsgraph.data.chunked_write import write_graph_chunks
-from dsgraph.data.chunks import InMemoryChunks
+from dsgraph.data.chunked.write import write_graph_chunks
+from dsgraph.data.chunked.contract import InMemoryChunks
 from dsgraph.data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +203,7 @@ def test_a_crash_keeps_only_resumable_work(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("killed")
     monkeypatch.setattr(streamed, "_assignment", crash)
-    from dsgraph.data.chunked_dataset import open_dataset
+    from dsgraph.data.chunked.dataset import open_dataset
     cfg = config_mod.load(None, [s for s in _sets(folder, out, num_parts=2) if s != "--set"])
     out2 = tmp_path / "other" / "deeper" / "parts"
     with pytest.raises(RuntimeError, match="killed"):

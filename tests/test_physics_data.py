@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 
-from dsgraph.data import airfoil, darcy
+from dsgraph.data.fields import airfoil, darcy
 
 
 # --- Darcy ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 import torch
 
 from dsgraph.config import DatasetConfig
-from dsgraph.data.chunks import InMemoryChunks
+from dsgraph.data.chunked.contract import InMemoryChunks
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
 from dsgraph.partition import csr_file

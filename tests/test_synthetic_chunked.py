@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dsgraph.config import DatasetConfig
-from dsgraph.data import synthetic_chunked as sc
+from dsgraph.data.chunked import synthetic as sc
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, UserError
 
@@ -158,7 +158,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *words: str) -> Non
 
 def graph_streams_equal(graph, cfg: DatasetConfig) -> None:
     """A chunked folder holds exactly the generator's streams."""
-    from dsgraph.data.chunks import iter_edges, read_node_key
+    from dsgraph.data.chunked.contract import iter_edges, read_node_key
     src, dst, _ = edges_of(cfg, 1 << 20)
     got = list(iter_edges(graph))
     assert graph.num_nodes == cfg.num_nodes and graph.num_edges == len(src)
@@ -174,7 +174,7 @@ def graph_streams_equal(graph, cfg: DatasetConfig) -> None:
 @pytest.mark.parametrize("edge_format,node_format", [("parquet", "numpy"), ("csv", "parquet"),
                                                      ("numpy", "numpy")])
 def test_generate_chunked_round_trip(tmp_path, small_blocks, edge_format, node_format, capsys):
-    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunked.folder import open_chunked
     meta = sc.generate_chunked(SMALL, tmp_path / "g", chunk_rows=1500, edge_format=edge_format,
                                node_format=node_format)
     assert meta == tmp_path / "g" / "metadata.json"
@@ -190,7 +190,7 @@ def test_generate_chunked_round_trip(tmp_path, small_blocks, edge_format, node_f
 def test_cli_converts_a_file_dataset(tmp_path):
     import dgl
     from dsgraph.data import load_graph
-    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunked.folder import open_chunked
     rng = np.random.default_rng(0)
     n, m = 300, 1200
     src, dst = (torch.from_numpy(rng.integers(0, n, m)) for _ in range(2))
@@ -226,7 +226,7 @@ def test_cli_converts_a_file_dataset(tmp_path):
 
 
 def test_cli_writes_a_synthetic_graph(tmp_path):
-    from dsgraph.data.chunked import open_chunked
+    from dsgraph.data.chunked.folder import open_chunked
     out = tmp_path / "syn"
     sets = ["--set", "dataset.num_nodes=3000", "--set", "dataset.avg_degree=5",
             "--set", "dataset.feat_dim=8", "--set", "dataset.seed=4"]

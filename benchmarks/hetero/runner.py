@@ -18,7 +18,7 @@ from benchmarks.hetero.report import VIEW, compare
 from dsgraph import config as config_mod
 from dsgraph.cluster.netns import LINK
 from dsgraph.data import load_graph
-from dsgraph.data.hetero import target_ntype
+from dsgraph.data.hetero.contract import target_ntype
 from dsgraph.partition import partition_graph, partition_hetero_graph
 
 MASKS = ("train_mask", "val_mask", "test_mask")

@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     # Imported only now: torch reads OMP_NUM_THREADS when it loads, and bad options should not
     # wait for torch and DGL to load.
-    from dsgraph.data.chunked import open_chunked
-    from dsgraph.data.chunked_write import write_graph_chunks
-    from dsgraph.data.synthetic_chunked import DEFAULT_CHUNK_ROWS, generate_chunked
+    from dsgraph.data.chunked.folder import open_chunked
+    from dsgraph.data.chunked.write import write_graph_chunks
+    from dsgraph.data.chunked.synthetic import DEFAULT_CHUNK_ROWS, generate_chunked
 
     rows = args.chunk_rows or DEFAULT_CHUNK_ROWS
     formats = {"edge_format": args.edge_format, "node_format": args.node_format}
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             meta = generate_chunked(d, out, rows, force=args.force, **formats)
         else:
             from dsgraph.data import load_graph
-            from dsgraph.data.chunks import InMemoryChunks
+            from dsgraph.data.chunked.contract import InMemoryChunks
             print(f"loading dataset {d.name} ({d.path}) ...", flush=True)
             g = load_graph(d)
             print(f"writing {g.num_nodes():,} nodes, {g.num_edges():,} edges into {out} ...",

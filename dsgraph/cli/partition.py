@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     source = partition_source(cfg)
     p = cfg.partition
     if pipeline(cfg) == "streamed":
-        from dsgraph.data.chunked_dataset import open_dataset
+        from dsgraph.data.chunked.dataset import open_dataset
         from dsgraph.partition.streamed import partition_streamed
         graph = open_dataset(cfg.dataset)
         print(f"partitioning {graph} into {p.num_parts} parts with {p.method}, streamed ...",
@@ -123,7 +123,7 @@ def pipeline(cfg: config_mod.Config) -> str:
     type, loads the others (typed chunked folders included: a heterograph is partitioned whole)."""
     typed = False
     if cfg.dataset.name == "chunked":
-        from dsgraph.data.chunked_hetero import is_hetero_chunked  # reads metadata.json only
+        from dsgraph.data.hetero.chunked import is_hetero_chunked  # reads metadata.json only
         typed = is_hetero_chunked(cfg.dataset.path)
     if typed and cfg.partition.pipeline == "streamed":
         raise ConfigError(f"{cfg.source}: partition.pipeline: 'streamed' reads a chunked folder "

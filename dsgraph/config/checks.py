@@ -18,7 +18,7 @@ PATH_WANTED = {"file": "a graph file path", "csv": "a DGL CSV dataset folder (ho
 # dataset keys only some datasets read: (readers, the value meaning "not set")
 # A chunked folder is partitioned chunk by chunk: its masks are the split (nothing draws one).
 DATASET_READERS = {"path": (FILE_DATASETS, None),
-                   # chunked: typed folders only (dsgraph.data.chunked_dataset refuses them
+                   # chunked: typed folders only (dsgraph.data.chunked.dataset refuses them
                    # for one-type folders, which cannot be told apart without reading them)
                    "split": (("file", "csv", "ogb", "fields", "chunked"), None),
                    "add_reverse_edges": (("file", "csv", "ogb", "synthetic_hetero", "chunked"),

@@ -15,15 +15,15 @@ from dsgraph.data.cache import cached, param_hash
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.edge_targets import edge_target_arrays, planted_targets, with_edge_targets
 from dsgraph.data.files import load_graph_file
-from dsgraph.data.hetero import generate_hetero, is_hetero_csv, is_hetero_ogb, target_ntype
-from dsgraph.data.hetero_files import load_csv_hetero, load_ogb_hetero
+from dsgraph.data.hetero.contract import generate_hetero, is_hetero_csv, is_hetero_ogb, target_ntype
+from dsgraph.data.hetero.files import load_csv_hetero, load_ogb_hetero
 from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
 from dsgraph.config.tasks import TASK_FACTS, TaskFacts, task_facts
 
-from dsgraph.data.chunks import GRAPH_KEYS
+from dsgraph.data.chunked.contract import GRAPH_KEYS
 # DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
 NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
@@ -81,7 +81,8 @@ def _load_edge_task(cfg: DatasetConfig, facts: TaskFacts,
 
 
 def is_hetero(g: dgl.DGLGraph) -> bool:
-    """Whether ``g`` has several node or edge types (:mod:`dsgraph.data.hetero`'s contract)."""
+    """Whether ``g`` has several node or edge types (the contract of
+    :mod:`dsgraph.data.hetero.contract`)."""
     return len(g.ntypes) > 1 or len(g.canonical_etypes) > 1
 
 
@@ -115,11 +116,11 @@ def _load_chunked(cfg: DatasetConfig, facts: Optional[TaskFacts] = None) -> dgl.
     """A chunked folder whole: a typed one (several node / edge types) as a heterograph, else
     the one-type graph checked as training reads it."""
     # pyarrow (and the chunked readers): only for chunked folders
-    from dsgraph.data.chunked_hetero import is_hetero_chunked, load_chunked_hetero
+    from dsgraph.data.hetero.chunked import is_hetero_chunked, load_chunked_hetero
     if is_hetero_chunked(cfg.path):
         _node_task_only(cfg, facts)
         return load_chunked_hetero(cfg.path, cfg.add_reverse_edges, cfg.split, cfg.seed)
-    from dsgraph.data.chunked_dataset import open_dataset
+    from dsgraph.data.chunked.dataset import open_dataset
     return open_dataset(cfg).to_dgl()
 
 

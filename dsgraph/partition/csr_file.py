@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from dsgraph.data.chunks import GraphChunks
+from dsgraph.data.chunked.contract import GraphChunks
 from dsgraph.errors import DataError
 
 # Entries sorted at once while deduplicating (int64 keys: ~32 MiB a block, plus the sort's copy).

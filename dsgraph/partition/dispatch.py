@@ -2,8 +2,8 @@
 
 :func:`dispatch_partitions` writes exactly what :func:`dsgraph.partition.format.write_partitions`
 writes for the same graph and assignment (layout: :mod:`dsgraph.partition.format`), reading a
-:class:`dsgraph.data.chunks.GraphChunks` chunk by chunk, so memory is a few O(nodes) arrays plus
-one part's structure plus a chunk, never every feature or edge at once. Steps (each task of
+:class:`dsgraph.data.chunked.contract.GraphChunks` chunk by chunk, so memory is a few O(nodes)
+arrays plus one part's structure plus a chunk, never every feature or edge at once. Steps (each task of
 :mod:`dsgraph.partition.dispatch_steps`, run by ``workers`` processes): route the edge chunks
 to their destination's part; sort each part's edges into new edge ids; per extra halo hop, one
 scan over every edge and an expansion per part; build each part's graph; scatter each node key
@@ -35,7 +35,7 @@ from dsgraph.partition.ndarray_file import TensorSlot, create_tensor_file, probe
 from dsgraph.procstats import peak_rss_mb
 
 if TYPE_CHECKING:
-    from dsgraph.data.chunks import GraphChunks
+    from dsgraph.data.chunked.contract import GraphChunks
 
 FAIL_AFTER = "DSGRAPH_DISPATCH_FAIL_AFTER"  # test hook: stop after the named step
 _FORMAT = 1  # bump when the work files change meaning: older work folders are then redone

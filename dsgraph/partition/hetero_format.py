@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from dgl import DGLGraph
 
-from dsgraph.data.hetero import target_ntype
+from dsgraph.data.hetero.contract import target_ntype
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
 from dsgraph.partition.format import (

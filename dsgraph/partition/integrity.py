@@ -73,8 +73,8 @@ def hetero_fingerprint(g: DGLGraph) -> str:
 
 
 def graph_fingerprint_chunks(graph: Any) -> str:
-    """:func:`graph_fingerprint` of a :class:`dsgraph.data.chunks.GraphChunks`, read chunk by
-    chunk (two passes over the edges: every src, then every dst)."""
+    """:func:`graph_fingerprint` of a :class:`dsgraph.data.chunked.contract.GraphChunks`, read
+    chunk by chunk (two passes over the edges: every src, then every dst)."""
     import torch  # only for the dtype names the in-memory fingerprint hashes
 
     h = hashlib.sha256(f"nodes={graph.num_nodes};edges={graph.num_edges}".encode())

@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dsgraph.data.chunks import GraphChunks, iter_edges, read_node_key
+from dsgraph.data.chunked.contract import GraphChunks, iter_edges, read_node_key
 from dsgraph.errors import ConfigError, DataError
 from dsgraph.partition.assign import (
     TRAIN_BALANCE,

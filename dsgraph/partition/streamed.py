@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dsgraph.data.chunks import GraphChunks
+from dsgraph.data.chunked.contract import GraphChunks
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_with
 from dsgraph.partition.integrity import config_fingerprint

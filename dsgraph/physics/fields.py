@@ -12,8 +12,8 @@ from typing import Optional
 
 import numpy as np
 
-from dsgraph.data import airfoil, darcy
-from dsgraph.data.field_files import FieldArrays, check_like, read_field_file
+from dsgraph.data.fields import airfoil, darcy
+from dsgraph.data.fields.files import FieldArrays, check_like, read_field_file
 from dsgraph.data.split import random_split
 from dsgraph.errors import DataError
 

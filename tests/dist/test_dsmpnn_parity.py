@@ -20,7 +20,7 @@ def _problem(rank: int = 0, world: int = 1, method: str = "bisection"):
     training builds it: edges into owned nodes only) and a seeded model (same in every process)."""
     from types import SimpleNamespace
 
-    from dsgraph.data import darcy
+    from dsgraph.data.fields import darcy
     from dsgraph.models.mpnn import KernelMPNN
     from dsgraph.physics import engine, sampling
     from dsgraph.physics.fields import FieldSet
@@ -207,7 +207,7 @@ def _batched_epoch(rank: int = 0, world: int = 1) -> dict:
     parameters after it, the epoch's mean loss and the losses each step saw."""
     from types import SimpleNamespace
 
-    from dsgraph.data import darcy
+    from dsgraph.data.fields import darcy
     from dsgraph.dist import allreduce_grads
     from dsgraph.models.mpnn import KernelMPNN
     from dsgraph.physics import engine, sampling

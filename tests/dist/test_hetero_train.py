@@ -130,7 +130,7 @@ def test_user_folders_partition_train_and_predict(tmp_path):
     an explicit streamed pipeline is refused in one line); the chunked one then trains and
     predicts, with predictions for every paper once (after loading, every format takes the same
     path; the CSV one's train and predict: tests/dist/test_predict_user_ids.py)."""
-    from dsgraph.data.chunked_hetero import write_hetero_chunked
+    from dsgraph.data.hetero.chunked import write_hetero_chunked
     from tests.test_hetero_data import COUNTS, toy, write_dgl_csv_hetero, write_ogb_hetero
     data = toy()
     csv = write_dgl_csv_hetero(tmp_path / "csv", data)

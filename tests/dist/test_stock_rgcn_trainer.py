@@ -12,7 +12,7 @@ import pytest
 
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
-from dsgraph.data.hetero import generate_hetero
+from dsgraph.data.hetero.contract import generate_hetero
 
 BATCH, CLASSES, EPOCHS = 64, 4, 3
 

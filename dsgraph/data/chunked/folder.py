@@ -8,9 +8,9 @@ read. Cheap checks (metadata, file existence, ``.npy`` headers, parquet footers,
 node-data row totals and shapes) happen when the folder is opened; an edge chunk's count, dtype
 and id range are checked when it is read. :class:`ChunkedGraph` (streamed) holds one node type
 and one edge type; a folder of several types (a heterogeneous graph) is read whole, in memory,
-by :mod:`dsgraph.data.chunked_hetero`, with the same metadata checks (:class:`MetadataParser`).
+by :mod:`dsgraph.data.hetero.chunked`, with the same metadata checks (:class:`MetadataParser`).
 ``edge_data`` is accepted and ignored (partitions hold node data only).
-:mod:`dsgraph.data.chunked_write` writes the format streaming, one chunk in memory at a time.
+:mod:`dsgraph.data.chunked.write` writes the format streaming, one chunk in memory at a time.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, NodeFile, edge_file_rows,
+from dsgraph.data.chunked.io import (EDGE_FORMATS, NODE_FORMATS, NodeFile, edge_file_rows,
                                      npy_blocks, npy_info, parquet_blocks, parquet_layout,
                                      read_edge_file)
-from dsgraph.data.chunks import NodeKey
+from dsgraph.data.chunked.contract import NodeKey
 from dsgraph.errors import DataError
 
 if TYPE_CHECKING:
@@ -326,7 +326,7 @@ def read_node_data(key: str, files: list[NodeFile], num_nodes: int) -> np.ndarra
 
 
 class ChunkedGraph:
-    """A chunked graph folder seen through :class:`dsgraph.data.chunks.GraphChunks`."""
+    """A chunked graph folder seen through :class:`dsgraph.data.chunked.contract.GraphChunks`."""
 
     def __init__(self, root: Path, graph_name: str, ntype: str, etype: str, num_nodes: int,
                  edge_counts: list[int], edge_format: str, delimiter: str, edge_files: list[Path],

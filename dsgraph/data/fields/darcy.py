@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from dsgraph.data.cache import cached_npz, param_hash
-from dsgraph.data.sample_pool import draw_samples
+from dsgraph.data.fields.pool import draw_samples
 
 A_LOW, A_HIGH = 3.0, 12.0
 GRF_TAU, GRF_ALPHA = 3.0, 2.0  # covariance (-Lap + tau^2)^-alpha

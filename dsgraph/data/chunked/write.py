@@ -1,8 +1,8 @@
 """Writing DGL's chunked graph format for one node type and one edge type, streaming: each
 edge chunk and node block goes to its own files as it arrives, ``metadata.json`` last, all in a
 temporary folder renamed into place at the end (:func:`write_chunked`), from any
-:class:`~dsgraph.data.chunks.GraphChunks` (:func:`write_graph_chunks`). Typed folders (several
-node / edge types) are written by :func:`dsgraph.data.chunked_hetero.write_hetero_chunked`.
+:class:`~dsgraph.data.chunked.contract.GraphChunks` (:func:`write_graph_chunks`). Typed folders
+(several node / edge types) are written by :func:`dsgraph.data.hetero.chunked.write_hetero_chunked`.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from dsgraph.data.chunked import MAX_NODES, METADATA, is_count
-from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, even_sizes,
+from dsgraph.data.chunked.folder import MAX_NODES, METADATA, is_count
+from dsgraph.data.chunked.io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, even_sizes,
                                      fixed_sizes, rechunk, write_edge_file, write_node_blocks)
-from dsgraph.data.chunks import GraphChunks, iter_edges
+from dsgraph.data.chunked.contract import GraphChunks, iter_edges
 from dsgraph.errors import DataError, UserError
 from dsgraph.fsutil import atomic_dir, storage_errors
 

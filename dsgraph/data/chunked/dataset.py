@@ -1,7 +1,7 @@
 """A chunked graph folder of one node type and one edge type as a training dataset: the node
 keys training reads, and labels of the kind ``dataset.target`` names, checked from the headers
 alone (no DGL, no data read). Typed folders (several node / edge types) never come here:
-``load_graph`` and ``python -m partition`` send them to :mod:`dsgraph.data.chunked_hetero`
+``load_graph`` and ``python -m partition`` send them to :mod:`dsgraph.data.hetero.chunked`
 (:func:`open_chunked` refuses one in one line, should it be passed)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dsgraph.data.chunked import ChunkedGraph, open_chunked
-from dsgraph.data.chunks import GRAPH_KEYS
+from dsgraph.data.chunked.folder import ChunkedGraph, open_chunked
+from dsgraph.data.chunked.contract import GRAPH_KEYS
 from dsgraph.errors import DataError
 
 

@@ -25,7 +25,7 @@ about ``avg_degree`` / 2 citations, / 4 authors and / 5 fields (at least one eac
 1.25 institutions.
 
 The file loaders (``load_ogb_hetero``, ``load_csv_hetero``) are in
-:mod:`dsgraph.data.hetero_files`, which builds on this module.
+:mod:`dsgraph.data.hetero.files`, which builds on this module.
 """
 from __future__ import annotations
 

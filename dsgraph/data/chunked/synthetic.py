@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Optional, TypeVar
 import numpy as np
 
 from dsgraph.config import DatasetConfig
-from dsgraph.data.chunked_write import write_chunked
+from dsgraph.data.chunked.write import write_chunked
 from dsgraph.errors import ConfigError
 from dsgraph.fsutil import check_free_space
 

@@ -1,5 +1,6 @@
 """Typed chunked folders: DGL's chunked graph format with several node / edge types, read whole
-(in memory, not streamed) into :mod:`dsgraph.data.hetero`'s heterograph contract, and written.
+(in memory, not streamed) into the heterograph contract (:mod:`dsgraph.data.hetero.contract`),
+and written.
 
 ``metadata.json`` lists ``node_type: [t1, t2, ...]`` with ``num_nodes_per_chunk`` holding one
 list of per-chunk counts per type (in ``node_type``'s order), ``edge_type: ["src:rel:dst", ...]``
@@ -9,7 +10,7 @@ with ``num_edges_per_chunk`` likewise, ``edges: {"src:rel:dst": {"format": ..., 
 type: integer class ids, -1 = unlabelled, or floats with NaN = unlabelled) and either all of
 ``train_mask`` / ``val_mask`` / ``test_mask`` or none (then ``split`` fractions are drawn); a
 type with features holds ``feat``; other keys and ``edge_data`` are ignored. The metadata,
-file and count checks are :class:`dsgraph.data.chunked.MetadataParser`'s, shared with the
+file and count checks are :class:`dsgraph.data.chunked.folder.MetadataParser`'s, shared with the
 streamed single-type reader; every problem is one :class:`DataError` line naming the file or
 the metadata key.
 """
@@ -23,11 +24,11 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from dsgraph.data.chunked import (METADATA, MetadataParser, check_ids, load_json, metadata_path,
-                                  read_node_data)
-from dsgraph.data.chunked_io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, NodeFile, even_sizes,
+from dsgraph.data.chunked.folder import (METADATA, MetadataParser, check_ids, load_json,
+                                         metadata_path, read_node_data)
+from dsgraph.data.chunked.io import (EDGE_FORMATS, NODE_FORMATS, SUFFIXES, NodeFile, even_sizes,
                                      read_edge_file, write_edge_file, write_node_blocks)
-from dsgraph.data.chunked_write import check_out_folder
+from dsgraph.data.chunked.write import check_out_folder
 from dsgraph.data.split import MASKS
 from dsgraph.errors import DataError, UserError
 from dsgraph.fsutil import atomic_dir, storage_errors
@@ -65,7 +66,7 @@ def load_chunked_hetero(path: str | os.PathLike, add_reverse_edges: str | bool =
     unless ``add_reverse_edges`` is False; ``split`` fractions replace the folder's masks)."""
     # DGL, torch and the array checks load here: detecting a typed folder needs none of them
     from dsgraph.data.arrays import Sources, check_feat, check_label, label_columns, resolve_masks
-    from dsgraph.data.hetero import assemble
+    from dsgraph.data.hetero.contract import assemble
     p = MetadataParser.load(path)
     ntypes = p.names("node_type")
     canonical = p.edge_types(ntypes)

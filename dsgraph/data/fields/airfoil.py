@@ -25,7 +25,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from dsgraph.data.cache import cached_npz, param_hash
-from dsgraph.data.sample_pool import draw_samples
+from dsgraph.data.fields.pool import draw_samples
 
 SCALE = 0.25  # z-plane chord ~4 -> ~1
 OUTER = 8.0  # outer radius of the sampled region, in circle radii (~2 chords)

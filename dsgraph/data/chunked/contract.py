@@ -4,8 +4,8 @@
 :mod:`dsgraph.partition.dispatch`) reads: node and edge counts, the edges as a sequence of
 chunks in edge-id order, and each node-data key as a sequence of row blocks in node-id order.
 A chunk is read when asked for and never cached, so a consumer's memory is bounded by the chunks
-it holds at once. Two implementations: :class:`dsgraph.data.chunked.ChunkedGraph` (a folder in
-DGL's chunked graph format, on disk) and :class:`InMemoryChunks` (a DGLGraph already in memory,
+it holds at once. Two implementations: :class:`dsgraph.data.chunked.folder.ChunkedGraph` (a
+folder in DGL's chunked graph format, on disk) and :class:`InMemoryChunks` (a DGLGraph already in memory,
 used to compare the streamed path with the in-memory one, and to write any dataset in the
 chunked format).
 

@@ -1,5 +1,5 @@
 """Heterogeneous graphs from a user's files: OGB folders in the ogbn-mag layout and DGL CSV
-folders with several node / edge types, returned in :mod:`dsgraph.data.hetero`'s contract.
+folders with several node / edge types, returned in :mod:`dsgraph.data.hetero.contract`'s contract.
 
 OGB (read with pandas, never with the ``ogb`` package, as :mod:`dsgraph.data.ogb` does):
 ``raw/num-node-dict.csv.gz`` (a row of type names, a row of counts), ``raw/triplet-type-list
@@ -38,7 +38,7 @@ from dsgraph.data.arrays import (Sources, check_feat, check_id_range, label_colu
 from dsgraph.data.csv_dataset import (META, NodeColumns, _CachedCSVDataset, attach_user_ids,
                                       csv_node_ids, files_digest, listed_files, parse_one_graph,
                                       read_meta)
-from dsgraph.data.hetero import Etype, assemble
+from dsgraph.data.hetero.contract import Etype, assemble
 from dsgraph.data.ogb import _int_column, _one_graph, _read_table, split_folder, split_masks
 from dsgraph.data.split import MASKS
 from dsgraph.errors import DataError
