@@ -15,7 +15,7 @@ from dsgraph.config import DatasetConfig, load
 from dsgraph.data.chunked.contract import InMemoryChunks
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import DataError, UserError
-from dsgraph.partition.dispatch import FAIL_AFTER, dispatch_partitions
+from dsgraph.partition.streamed.dispatch import FAIL_AFTER, dispatch_partitions
 from dsgraph.partition.format import write_partitions
 from dsgraph.partition.integrity import (
     graph_fingerprint,

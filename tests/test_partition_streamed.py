@@ -192,7 +192,7 @@ def test_a_failed_streamed_partition_leaves_nothing_behind(tmp_path, break_input
 def test_a_crash_keeps_only_resumable_work(tmp_path, monkeypatch):
     """Not a user error (here a crash after the route step): the finished steps stay for a
     rerun, and the run says so; a crash before any finished step leaves nothing."""
-    from dsgraph.partition import streamed
+    from dsgraph.partition.streamed import pipeline as streamed
     folder = _small_folder(tmp_path / "g")
     out = tmp_path / "home" / "parts"
     r = _partition(_sets(folder, out, num_parts=2), env={"DSGRAPH_DISPATCH_FAIL_AFTER": "route"})

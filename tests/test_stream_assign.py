@@ -11,15 +11,15 @@ from dsgraph.config import DatasetConfig
 from dsgraph.data.chunked.contract import InMemoryChunks
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
-from dsgraph.partition import csr_file
+from dsgraph.partition.streamed import csr_file
 from dsgraph.partition.assign import (
     TRAIN_BALANCE,
     balance_weights,
     metis_assignment,
     symmetric_csr,
 )
-from dsgraph.partition.coarsen import coarse_graph, sparsify
-from dsgraph.partition.stream_assign import assign_streamed
+from dsgraph.partition.streamed.coarsen import coarse_graph, sparsify
+from dsgraph.partition.streamed.assign import assign_streamed
 
 
 @pytest.fixture(scope="module")

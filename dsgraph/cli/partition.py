@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     p = cfg.partition
     if pipeline(cfg) == "streamed":
         from dsgraph.data.chunked.dataset import open_dataset
-        from dsgraph.partition.streamed import partition_streamed
+        from dsgraph.partition.streamed.pipeline import partition_streamed
         graph = open_dataset(cfg.dataset)
         print(f"partitioning {graph} into {p.num_parts} parts with {p.method}, streamed ...",
               flush=True)

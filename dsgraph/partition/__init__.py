@@ -1,7 +1,8 @@
-"""Graph partitioning: node assignment (``assign``; from a graph read in chunks:
-``stream_assign``), partition files (``format``, ``reader``; heterographs: ``hetero_format``;
-streamed: ``dispatch``), their integrity block (``meta``, ``integrity``), the streamed pipeline
-(``streamed``)."""
+"""Graph partitioning: the in-memory path (node assignment ``assign``, the writers ``format``
+and, for heterographs, ``hetero_format``, driven by ``build``), the streamed pipeline for graphs
+read in chunks (the ``streamed`` package: its own assignment and dispatch, same files), and what
+both share: reading the files back (``reader``), their integrity block (``meta``, ``integrity``)
+and DGL's tensor-file layout (``ndarray_file``)."""
 from __future__ import annotations
 
 from dsgraph.lazy import lazy_exports
@@ -14,8 +15,8 @@ _EXPORTS = {
     "random_assignment": "assign",
     "rebalance": "assign", "symmetric_csr": "assign",
     "partition_graph": "build", "partition_hetero_graph": "build",
-    "partition_streamed": "streamed",
-    "assign_streamed": "stream_assign", "dispatch_partitions": "dispatch",
+    "partition_streamed": "streamed.pipeline",
+    "assign_streamed": "streamed.assign", "dispatch_partitions": "streamed.dispatch",
     "partition_stats": "format", "split_one_hop": "format", "write_partitions": "format",
     "homogeneous_projection": "hetero_format", "write_hetero_partitions": "hetero_format",
     "partition_fingerprint": "integrity", "verify_partitions": "integrity",

@@ -1,7 +1,7 @@
 """The contract between a graph read in chunks and the large-graph partitioning path.
 
-:class:`GraphChunks` is what streamed partitioning (:mod:`dsgraph.partition.stream_assign`,
-:mod:`dsgraph.partition.dispatch`) reads: node and edge counts, the edges as a sequence of
+:class:`GraphChunks` is what streamed partitioning (:mod:`dsgraph.partition.streamed.assign`,
+:mod:`dsgraph.partition.streamed.dispatch`) reads: node and edge counts, the edges as a sequence of
 chunks in edge-id order, and each node-data key as a sequence of row blocks in node-id order.
 A chunk is read when asked for and never cached, so a consumer's memory is bounded by the chunks
 it holds at once. Two implementations: :class:`dsgraph.data.chunked.folder.ChunkedGraph` (a

@@ -3,11 +3,11 @@ then dispatched into DGL partition files, each step resumable.
 
 Steps, each leaving its result in a work folder beside the output (``.<out>.work``):
 
-1. **assign** (:func:`dsgraph.partition.stream_assign.assign_streamed`): only the edges and the
+1. **assign** (:func:`dsgraph.partition.streamed.assign.assign_streamed`): only the edges and the
    ``train_mask`` are read; METIS while the structure fits ``partition.memory_mb``, else METIS on
    a coarsened graph. The assignment is saved with a key of what decided it (the config sections
    that make the files, the graph's counts), so a rerun after a kill reuses it.
-2. **dispatch** (:func:`dsgraph.partition.dispatch.dispatch_partitions`): edges and feature rows
+2. **dispatch** (:func:`.dispatch.dispatch_partitions`): edges and feature rows
    routed to their parts by ``partition.workers`` processes; the part files are written into a
    temporary folder renamed into place. Its own steps resume likewise.
 
@@ -50,7 +50,7 @@ def partition_streamed(graph: GraphChunks, p: Any, out: Path, *, force: bool = F
     work.mkdir(parents=True, exist_ok=True)
     try:
         assign, info = _assignment(graph, p, work, source)
-        from dsgraph.partition.dispatch import dispatch_partitions
+        from dsgraph.partition.streamed.dispatch import dispatch_partitions
         stats = {"source": source, "pipeline": "streamed", "assignment": info,
                  "wall_s": time.perf_counter() - t0}
         path = dispatch_partitions(graph, assign, out, p.graph_name, halo_hops=p.halo_hops,
@@ -93,7 +93,7 @@ def _assignment(graph: GraphChunks, p: Any, work: Path, source: dict | None
             print(f"assignment: reusing {array_file} (an earlier run of the same inputs)",
                   flush=True)
             return assign, saved["info"]
-    from dsgraph.partition.stream_assign import assign_streamed
+    from dsgraph.partition.streamed.assign import assign_streamed
     t0 = time.perf_counter()
     assign, info = assign_streamed(graph, p.num_parts, method=p.method,
                                    memory_mb=p.memory_mb or None, seed=p.seed,

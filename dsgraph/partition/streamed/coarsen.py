@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from dsgraph.partition.csr_file import (
+from dsgraph.partition.streamed.csr_file import (
     BLOCK_ENTRIES,
     CsrFile,
     build_csr,

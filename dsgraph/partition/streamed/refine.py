@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from dsgraph.partition.coarsen import lp_block_entries
-from dsgraph.partition.csr_file import CsrFile, row_ranges
+from dsgraph.partition.streamed.coarsen import lp_block_entries
+from dsgraph.partition.streamed.csr_file import CsrFile, row_ranges
 
 
 def class_caps(classes: np.ndarray, num_classes: int, num_parts: int,

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from dsgraph.errors import ConfigError, JobFailed, UserError
 from dsgraph.fsutil import storage_error
-from dsgraph.partition import dispatch_steps as steps
+from dsgraph.partition.streamed import dispatch_steps as steps
 
 INPUTS = "inputs.json"
 Task = tuple[str, Callable[..., dict], tuple]  # (marker name, step function, its arguments)

@@ -4,12 +4,12 @@
 writes for the same graph and assignment (layout: :mod:`dsgraph.partition.format`), reading a
 :class:`dsgraph.data.chunked.contract.GraphChunks` chunk by chunk, so memory is a few O(nodes)
 arrays plus one part's structure plus a chunk, never every feature or edge at once. Steps (each task of
-:mod:`dsgraph.partition.dispatch_steps`, run by ``workers`` processes): route the edge chunks
+:mod:`.dispatch_steps`, run by ``workers`` processes): route the edge chunks
 to their destination's part; sort each part's edges into new edge ids; per extra halo hop, one
 scan over every edge and an expansion per part; build each part's graph; scatter each node key
 into the parts' ``node_feat.dgl`` (written in place: :mod:`dsgraph.partition.ndarray_file`);
 fingerprint the source graph meanwhile, in a thread of the calling process. Every finished
-task leaves a marker in ``work_dir`` (:mod:`dsgraph.partition.dispatch_run`): a rerun with the
+task leaves a marker in ``work_dir`` (:mod:`.dispatch_run`): a rerun with the
 same inputs reuses them. The output folder appears atomically at the end and ``work_dir`` is
 removed.
 """
@@ -27,8 +27,8 @@ import numpy as np
 
 from dsgraph.errors import ConfigError, DataError, UserError
 from dsgraph.fsutil import atomic_dir, check_free_space, storage_errors
-from dsgraph.partition import dispatch_steps as steps
-from dsgraph.partition.dispatch_run import Runner, prepare_work_dir
+from dsgraph.partition.streamed import dispatch_steps as steps
+from dsgraph.partition.streamed.dispatch_run import Runner, prepare_work_dir
 from dsgraph.partition.integrity import integrity_block
 from dsgraph.partition.meta import BLOCK
 from dsgraph.partition.ndarray_file import TensorSlot, create_tensor_file, probe_layout

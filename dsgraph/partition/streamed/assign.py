@@ -2,16 +2,16 @@
 
 Only the edges (chunk by chunk, several passes) and ``train_mask`` are read, never features.
 The symmetric, deduplicated, loop-free CSR METIS needs is built out of core
-(:mod:`dsgraph.partition.csr_file`); then one of three assigners runs:
+(:mod:`dsgraph.partition.streamed.csr_file`); then one of three assigners runs:
 
 * ``metis``: :func:`dsgraph.partition.assign.metis_assignment` on that CSR (same options,
   constraints and rebalancing as the in-memory path) when pymetis's estimated memory fits.
 * ``coarsened_metis``: beyond the budget. Size-capped label propagation clusters the nodes
-  (:mod:`dsgraph.partition.coarsen`), the cluster graph (edge weights = fine edges between
+  (:mod:`dsgraph.partition.streamed.coarsen`), the cluster graph (edge weights = fine edges between
   clusters) is sparsified to the entries the budget allows, METIS partitions it with vertex
   weights summing each cluster's constraint columns (``balance_weights``), the result is
   projected back, capped by ``rebalance`` and improved by balance-respecting label-propagation
-  moves (:mod:`dsgraph.partition.refine`). Its memory grows with the nodes, not the edges.
+  moves (:mod:`dsgraph.partition.streamed.refine`). Its memory grows with the nodes, not the edges.
 * ``random``: :func:`dsgraph.partition.assign.random_assignment` (no structure read).
 
 pymetis memory (``pymetis._internal._idx_type_width()`` is 64: METIS's idx_t is int64, so its
@@ -63,9 +63,9 @@ from dsgraph.partition.assign import (
     random_assignment,
     rebalance,
 )
-from dsgraph.partition.coarsen import coarse_graph, label_propagation, sparsify
-from dsgraph.partition.csr_file import CsrFile, build_csr, graph_entries
-from dsgraph.partition.refine import class_caps, refine
+from dsgraph.partition.streamed.coarsen import coarse_graph, label_propagation, sparsify
+from dsgraph.partition.streamed.csr_file import CsrFile, build_csr, graph_entries
+from dsgraph.partition.streamed.refine import class_caps, refine
 
 METIS_BYTES_PER_ENTRY = 140
 METIS_BYTES_PER_NODE = 40

@@ -1,4 +1,4 @@
-"""The steps of a streamed dispatch (:mod:`dsgraph.partition.dispatch`), each a task a worker
+"""The steps of a streamed dispatch (:mod:`.dispatch`), each a task a worker
 process runs on its own: route one edge chunk, sort one part's edges, scan one block for a halo
 hop, expand one part's hop, build one part's graph, scatter one node key into part files.
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dsgraph.errors import DataError
-from dsgraph.partition import halo_stream as hs
+from dsgraph.partition.streamed import halo as hs
 from dsgraph.partition.ndarray_file import TensorSlot, open_slot, write_rows
 from dsgraph.procstats import peak_rss_mb
 
