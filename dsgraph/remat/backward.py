@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from dsgraph.remat.block import Group
-from dsgraph.remat.run import Run
+from dsgraph.remat.run import Phase, Run
 from dsgraph.remat.store import Kept
 from dsgraph.seqagg import kernels
 from dsgraph.seqagg.gat import dst_term, projection_keepable, source_grads, source_projection, \
@@ -47,7 +47,7 @@ def backward(run: Run, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
         dsum = torch.zeros(kept.shape[0], *kept.shape[1:-1], 1, dtype=kept.dtype)
     elif run.src_grad:
         g_agg = kept.new_zeros()
-    run.mode = "emit"
+    run.mode = Phase.EMIT
     for i, (a, b) in enumerate(run.dst_chunks()):  # the output runs again, under autograd
         agg = kept.chunk(i)
         run.emitted = agg.detach().requires_grad_(True)
@@ -82,7 +82,7 @@ def backward(run: Run, gout: torch.Tensor) -> list[Optional[torch.Tensor]]:
 def _spmm_backward(run: Run, g_agg: torch.Tensor, grads: list) -> None:
     """Add a sum/mean/max/min aggregation's gradients to ``grads``: each group recomputed under
     autograd."""
-    run.mode = "partial"
+    run.mode = Phase.PARTIAL
     for group in run.rb.groups:
         with torch.enable_grad(), run.compress():
             run.call(group, run.dst_stub())
@@ -174,7 +174,7 @@ def _gat_backward(run: Run, g_agg: torch.Tensor, dsum: torch.Tensor):
     """GAT's gradients: per group the attention's (and the source side's), then the
     destination term's."""
     rb, params, st = run.rb, run.params, run.soft
-    run.mode = "partial"
+    run.mode = Phase.PARTIAL
     grad_er = torch.zeros_like(st.den)
     grads: list[Optional[torch.Tensor]] = [None] * len(params)
     kept, run.ft_kept = run.ft_kept, None

@@ -15,6 +15,7 @@ weight). Between forward and backward only the aggregate is kept (INT2 with ``co
 from __future__ import annotations
 
 import contextlib
+import enum
 from typing import Optional
 
 import torch
@@ -27,6 +28,15 @@ from dsgraph.remat.store import Kept, compressing
 from dsgraph.remat.view import Collected, GroupBlock
 from dsgraph.seqagg import kernels
 from dsgraph.seqagg.gat import dst_term, gat_fused, projection_keepable
+
+
+class Phase(enum.Enum):
+    """What a GroupBlock's aggregation does when the layer reaches it (:meth:`Run.aggregate`)."""
+
+    COLLECT = "collect"  # forward over the groups: fold the rows into the state, stop the layer
+    PROBE = "probe"  # no group had edges: the aggregate is zeros of the rows' width
+    EMIT = "emit"  # an output run: return the folded aggregate of the chunk's destinations
+    PARTIAL = "partial"  # backward over a group: only capture what the layer aggregates
 
 
 class Run:
@@ -43,7 +53,7 @@ class Run:
         # destination rows the caller gave (a relation whose destination type is not its
         # source type: a heterograph's layer), read by position, and their gradient
         self.dst_input = InputRows(dst_feat, rb.chunk_rows) if dst_feat is not None else None
-        self.mode = "collect"
+        self.mode = Phase.COLLECT
         self.reduce: Optional[str] = None
         self.state: Optional[kernels.SpmmState] = None
         self.soft: Optional[kernels.SoftmaxState] = None
@@ -74,13 +84,13 @@ class Run:
     def aggregate(self, group: Optional[Group], u: torch.Tensor, reduce: str) -> torch.Tensor:
         """A GroupBlock's copy_u aggregation of rows ``u``: folded into the state (forward),
         only captured (backward), or the folded result (output runs)."""
-        if self.mode == "emit":
+        if self.mode is Phase.EMIT:
             return self.emitted
-        if self.mode == "probe":  # no group has edges: the aggregate is zeros of u's width
+        if self.mode is Phase.PROBE:  # no group has edges: the aggregate is zeros of u's width
             self.state, self.reduce = kernels.SpmmState(reduce), reduce
             self.final = u.new_zeros((self.rb.num_dst,) + tuple(u.shape[1:])).detach()
             raise Collected
-        if self.mode == "collect":
+        if self.mode is Phase.COLLECT:
             if self.state is None:
                 self.state, self.reduce = kernels.SpmmState(reduce), reduce
             self.src_grad = self.src_grad or u.requires_grad
@@ -92,9 +102,9 @@ class Run:
     def attend(self, group: Optional[Group], ft, el, er, slope: float) -> torch.Tensor:
         """A GroupBlock's GAT attention, as :meth:`aggregate`."""
         self.slope = slope
-        if self.mode == "emit":
+        if self.mode is Phase.EMIT:
             return self.emitted
-        if self.mode == "collect":
+        if self.mode is Phase.COLLECT:
             if self.soft is None:
                 self.soft = kernels.SoftmaxState(self.rb.num_dst, ft.shape[1], ft)
                 self.ft_shape = tuple(ft.shape[1:])
@@ -205,7 +215,7 @@ class Run:
                     self.el_kept = []
                     if projection_keepable(self.conv):
                         self.ft_kept = Kept(rb.compression, torch.Size())
-            self.mode = "collect"
+            self.mode = Phase.COLLECT
             for group in rb.groups:
                 self.call(group, self.dst_stub())
                 self.captured = ()  # the group's rows: folded into the state, not kept
@@ -217,14 +227,14 @@ class Run:
                 self.ft_shape = (width, self.conv._out_feats)
             self.final = kernels.attention_finish(self.soft, rb.num_dst, self.ft_shape, like)
         elif self.state is None or self.state.acc is None:
-            self.mode = "probe"
+            self.mode = Phase.PROBE
             with torch.no_grad():
                 self.call(None, self.dst_stub())
         else:
             self.final = kernels.spmm_finish(self.state, rb.num_dst, (), rb.in_deg, rb.dtype)
         # The output runs go over destination rows in chunks: their rows are pulled now, and
         # again in backward, never alive across the groups or the later layers.
-        self.mode = "emit"
+        self.mode = Phase.EMIT
         out: Optional[torch.Tensor] = None
         keep = Kept(self.rb.compression, self.final.shape)
         chunks = self.dst_chunks()
