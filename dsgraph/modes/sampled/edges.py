@@ -19,7 +19,7 @@ import dgl
 import torch
 from torch import nn
 
-from dsgraph import dist, remat
+from dsgraph import checkpoint, dist, remat
 from dsgraph.distgraph.evaluate import layerwise_outputs, sampled_outputs
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
@@ -28,8 +28,8 @@ from dsgraph.tasks.edge import EdgeHead
 from dsgraph.tasks.evaluation import split_figures
 from dsgraph.tasks.link_prediction import embedding_width
 from dsgraph.modes.sampled.nodes import NodeBatches
-from dsgraph.modes.sampled.source import (Batch, FanoutBlocks, check_fanouts, homogeneous_inputs,
-                                          layerwise, seeded_sampling)
+from dsgraph.modes.sampled.source import (PRESAMPLE_BATCHES, Batch, FanoutBlocks, check_fanouts,
+                                          homogeneous_inputs, layerwise, seeded_sampling)
 
 SPLITS = ("train", "val", "test")
 # Edges whose head rows one evaluation step computes (bounds the rows read at once).
@@ -73,14 +73,28 @@ class EdgeBatches(NodeBatches):
         self.sampler = dgl.dataloading.NeighborSampler(s.fanouts) if index is None \
             else LocalHaloSampler(s.fanouts, index)
         self.counter = SampleCounter(g, index)
-        # edge batches are not pre-sampled: remote rows are ranked by degree
-        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine)
+        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine,
+                                  lambda: self._presample(trainer.rank))
         self.steps_per_epoch = (self.split["train"].numel() + s.batch_size - 1) // s.batch_size
         return model
 
     def _edge_width(self, meta: dict) -> int:
         """Classes or targets per edge, as the partition JSON's ``edge_label`` records them."""
         return int(meta.get("num_classes") or meta.get("num_targets") or 1)
+
+    def _presample(self, rank: int) -> Iterator[torch.Tensor]:
+        """Input nodes of :data:`PRESAMPLE_BATCHES` mini-batches of this trainer's training
+        edges' endpoints, sampled as training samples them (the cache's ``frequency``
+        policy)."""
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, 0, rank)
+        src, dst = self.ends["train"]
+        order = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(seed))
+        bs = self.cfg.sampled.batch_size
+        dgl.seed(seed)
+        for start in range(0, min(order.numel(), PRESAMPLE_BATCHES * bs), bs):
+            rows = order[start:start + bs]
+            yield self.sampler.sample_blocks(self.g, torch.unique(torch.cat([src[rows],
+                                                                             dst[rows]])))[0]
 
     def epoch(self, seed: int) -> Callable[[], Iterator[Batch]]:
         """This trainer's training edges in a fresh order."""

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dsgraph import remat
+from dsgraph import checkpoint, remat
 from dsgraph.distgraph.evaluate import node_outputs, read_all
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
@@ -32,8 +32,9 @@ from dsgraph.distgraph.local_sampler import LocalIndex, SampleCounter, local_fro
 from dsgraph.errors import DataError
 from dsgraph.tasks.link_prediction import embedding_width, make_decoder
 from dsgraph.modes.sampled.nodes import NodeBatches
-from dsgraph.modes.sampled.source import (Batch, BatchSource, FanoutBlocks, check_fanouts,
-                                          homogeneous_inputs, layerwise, seeded_sampling)
+from dsgraph.modes.sampled.source import (PRESAMPLE_BATCHES, Batch, BatchSource, FanoutBlocks,
+                                          check_fanouts, homogeneous_inputs, layerwise,
+                                          seeded_sampling)
 
 
 class LinkBatches(BatchSource):
@@ -61,14 +62,14 @@ class LinkBatches(BatchSource):
         check_fanouts(self.cfg, model)
         model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
         self.decoder = model.link_decoder
-        # edge batches are not pre-sampled: remote rows are ranked by degree
-        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine)
         if s.rematerialize:
             remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None
         self.sampler = PairExcludingSampler(s.fanouts, None if index is None else (
             lambda g, seeds, fanout: local_frontier(g, index, seeds, fanout)))
         self.counter = SampleCounter(g, index)
+        self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine,
+                                  lambda: self._presample(trainer.rank))
         self.eval_edges = self._eval_edges(self.part_config.parent / meta["link_split"], trainer)
         self.steps_per_epoch = (self.train_src.numel() + s.batch_size - 1) // s.batch_size
         return model
@@ -86,6 +87,21 @@ class LinkBatches(BatchSource):
         new_of[read_all(self.g.ndata["orig_id"]).numpy()] = np.arange(n, dtype=np.int64)
         return {name: edges.mapped(new_of) for name, edges in held_out_edges(
             path, n, self.cfg.task, self.cfg.dataset.seed, trainer.rank, trainer.world).items()}
+
+    def _presample(self, rank: int) -> Iterator[torch.Tensor]:
+        """Input nodes of :data:`PRESAMPLE_BATCHES` mini-batches of this trainer's training
+        edges with their negatives, sampled as training samples them (the cache's
+        ``frequency`` policy)."""
+        seed = checkpoint.epoch_seed(self.cfg.train.seed, 0, rank)
+        order = torch.randperm(self.train_src.numel(),
+                               generator=torch.Generator().manual_seed(seed))
+        bs, t = self.cfg.sampled.batch_size, self.cfg.task
+        negatives = torch.Generator().manual_seed(seed)
+        dgl.seed(seed)
+        for start in range(0, min(order.numel(), PRESAMPLE_BATCHES * bs), bs):
+            rows = order[start:start + bs]
+            yield edge_batch(self.g, self.sampler, self.train_src[rows], self.train_dst[rows],
+                             t.negatives, negatives, t.negative_sampler).input_nodes
 
     def epoch(self, seed: int) -> Callable[[], Iterator[Batch]]:
         """This trainer's training edges in a fresh order."""
