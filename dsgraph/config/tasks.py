@@ -77,8 +77,3 @@ def task_facts(name: str) -> TaskFacts:
 def tasks_of_mode(mode: str) -> tuple[str, ...]:
     """The task names ``train.mode`` ``mode`` runs, in declaration order."""
     return tuple(name for name, f in TASK_FACTS.items() if mode in f.modes)
-
-
-def tasks_training_on(*kinds: TrainsOn) -> tuple[str, ...]:
-    """The task names whose examples are ``kinds``."""
-    return tuple(name for name, f in TASK_FACTS.items() if f.trains_on in kinds)
