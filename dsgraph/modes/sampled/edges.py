@@ -19,7 +19,7 @@ import dgl
 import torch
 from torch import nn
 
-from dsgraph import checkpoint, dist, remat
+from dsgraph import checkpoint, dist
 from dsgraph.distgraph.evaluate import layerwise_outputs, sampled_outputs
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
@@ -67,8 +67,6 @@ class EdgeBatches(NodeBatches):
         check_fanouts(self.cfg, model)
         model.edge_head = EdgeHead(width, self.task.head_width(self.task.width)).to(trainer.dtype)
         self.head = model.edge_head
-        if s.rematerialize:
-            remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None
         self.sampler = dgl.dataloading.NeighborSampler(s.fanouts) if index is None \
             else LocalHaloSampler(s.fanouts, index)

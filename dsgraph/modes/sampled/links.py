@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dsgraph import checkpoint, remat
+from dsgraph import checkpoint
 from dsgraph.distgraph.evaluate import node_outputs, read_all
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
@@ -62,8 +62,6 @@ class LinkBatches(BatchSource):
         check_fanouts(self.cfg, model)
         model.link_decoder = make_decoder(self.cfg.task.decoder, width).to(trainer.dtype)
         self.decoder = model.link_decoder
-        if s.rematerialize:
-            remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None
         self.sampler = PairExcludingSampler(s.fanouts, None if index is None else (
             lambda g, seeds, fanout: local_frontier(g, index, seeds, fanout)))

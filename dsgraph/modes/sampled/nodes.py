@@ -19,7 +19,7 @@ import dgl
 import torch
 from torch import nn
 
-from dsgraph import checkpoint, dist, remat
+from dsgraph import checkpoint, dist
 from dsgraph.config import Config
 from dsgraph.distgraph.evaluate import node_outputs, split_metrics
 from dsgraph.distgraph.features import CachedFeatures, feature_cache
@@ -57,8 +57,6 @@ class NodeBatches(BatchSource):
         model = trainer.build_model(g.ndata["feat"].shape[1],
                                     self.task.head_width(self.task.width))
         check_fanouts(self.cfg, model)  # its layer count may depend on the data's widths
-        if s.rematerialize:
-            remat.install(model)
         index = LocalIndex.build(g) if s.local_sampling else None
         self.sampler = dgl.dataloading.NeighborSampler(s.fanouts) if index is None \
             else LocalHaloSampler(s.fanouts, index)

@@ -21,7 +21,7 @@ import numpy as np
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dsgraph import checkpoint, dist
+from dsgraph import checkpoint, dist, remat
 from dsgraph.cluster.dgl_job import TrainerContext, run_dgl_job
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
@@ -86,6 +86,8 @@ class SampledStrategy(DistGraphStrategy):
         hetero = is_hetero(json.loads(part_config.read_text()))
         self.source = source_class(self.cfg, hetero)(self.cfg, self.task, self.g, part_config)
         model = self.source.setup(trainer)
+        if self.cfg.sampled.rematerialize:  # layers then take the sources' RematBlocks
+            remat.install(model)
         self.sync_grads = not self.source.ddp
         self.steps_per_epoch = self.source.steps_per_epoch
         self.ahead = Prefetcher(self.source.prefetch_depth())

@@ -112,7 +112,8 @@ class BatchSource(abc.ABC):
 
     @abc.abstractmethod
     def setup(self, trainer: Any) -> nn.Module:
-        """Load this rank's share, build the feature cache and the model (returned)."""
+        """Load this rank's share, build the feature cache and the model (returned; the
+        runtime lets its layers take RematBlocks with ``sampled.rematerialize``)."""
 
     def prefetch_depth(self) -> int:
         """Batches a thread may prepare ahead (0: inline)."""

@@ -128,8 +128,6 @@ class TypedNodeBatches(BatchSource):
         model = build_hetero_model(self.cfg, inputs.widths, self.task.head_width(self.task.width),
                                    g.canonical_etypes).to(trainer.dtype)
         self.dtype = trainer.dtype
-        if s.rematerialize:
-            remat.install(model)
         self.sparse_opt = inputs.sparse_optimizer(s.embedding_lr)
         self.inputs = inputs
         # Every trainer runs as many batches as the one with most seeds (the sparse step is
