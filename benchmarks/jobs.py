@@ -154,12 +154,14 @@ def round_robin(settings: Sequence[Any], repeats: Callable[[Any], int], hosts: M
     return runs
 
 
-def median_row(row: dict, runs: list[dict]) -> dict:
+def median_row(row: dict, runs: list[dict], spread: Sequence[str] = ("samples_per_s",)) -> dict:
     """``row`` with every figure of ``runs`` as its median over them (None where never set)
-    and the range of ``samples_per_s``."""
+    and, for each key of ``spread`` that was set, its range (``<key>_min``, ``<key>_max``)."""
     for key in runs[0]:
-        values = [r[key] for r in runs if r[key] is not None]
+        values = [r[key] for r in runs if r.get(key) is not None]
         row[key] = median(values) if values else None
-    rates = [r["samples_per_s"] for r in runs]
-    row["samples_per_s_min"], row["samples_per_s_max"] = min(rates), max(rates)
+    for key in spread:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            row[f"{key}_min"], row[f"{key}_max"] = min(values), max(values)
     return row

@@ -257,3 +257,14 @@ def test_repeats_run_round_robin_with_a_fresh_port_per_emulated_job(tmp_path, ca
     assert runs == {"a": [{"rate": 0}, {"rate": 10}], "b": [{"rate": 1}, {"rate": 11}],
                     "c": [{"rate": 2}]}
     assert "[2/2] b: 11 seeds/s" in capsys.readouterr().out
+
+
+def test_a_row_is_the_median_of_its_runs_with_the_spread_asked_for():
+    from benchmarks import jobs
+    runs = [{"samples_per_s": 10.0, "mrr": None, "acc": 0.5},
+            {"samples_per_s": 30.0, "mrr": 0.2, "acc": 0.7},
+            {"samples_per_s": 20.0, "mrr": 0.4}]
+    row = jobs.median_row({"setting": "s"}, runs, ("samples_per_s", "mrr", "absent"))
+    assert row == {"setting": "s", "samples_per_s": 20.0, "mrr": 0.30000000000000004,
+                   "acc": 0.6, "samples_per_s_min": 10.0, "samples_per_s_max": 30.0,
+                   "mrr_min": 0.2, "mrr_max": 0.4}

@@ -81,17 +81,11 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str, host_sets:
 
 def _row(setting: Setting, runs: list[dict], task: str) -> dict:
     """One table row: medians over a setting's runs, with the spread of throughput and score."""
-    row = {"setting": setting.name, "task": task, "system": setting.system,
-           "hosts": setting.hosts, "parts": setting.parts, "trainers": setting.trainers,
-           "link": setting.link, "runs": len(runs)}
-    for key in runs[0]:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        row[key] = median(values) if values else None
-    for key in ("edges_per_s", "mrr", *SCORES):
-        values = [r[key] for r in runs if r.get(key) is not None]
-        if values:
-            row[f"{key}_min"], row[f"{key}_max"] = min(values), max(values)
-    return row
+    return jobs.median_row({"setting": setting.name, "task": task, "system": setting.system,
+                            "hosts": setting.hosts, "parts": setting.parts,
+                            "trainers": setting.trainers, "link": setting.link,
+                            "runs": len(runs)},
+                           runs, ("edges_per_s", "mrr", *SCORES))
 
 
 def _base(config: str, quick: bool, tmp: Path) -> list[str]:
