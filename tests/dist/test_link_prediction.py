@@ -59,6 +59,14 @@ def test_link_prediction_trains_and_beats_the_mlp(config, mlp, tmp_path):
             assert summary[key] is not None and 0 < summary[key] <= 1, summary
     values = [r["val_mrr"] for r in records]
     assert summary["best_epoch"] == int(np.argmax(values)) + 1  # highest validation MRR
+    # sampled.feature_cache_policy means what it means for node tasks: the default (frequency)
+    # caches the rows pre-sampled edge batches read, not the degree ranking's rows
+    degree = tmp_path / "degree"
+    jobs.train(config, degree, "task.decoder=distmult", "train.epochs=1",
+               "sampled.feature_cache_policy=degree")
+    first, other = records[0], jobs.epochs(degree)[0]
+    assert first["batches"] == other["batches"], (first, other)  # the same edge batches
+    assert first["remote_feature_bytes"] != other["remote_feature_bytes"], (first, other)
     relation = checkpoint.read(gnn / "best.pt")["model"]["link_decoder.relation"]
     assert relation.shape == (32,) and not torch.allclose(relation, torch.ones(32))
     baseline = mlp
