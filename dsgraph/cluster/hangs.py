@@ -17,7 +17,6 @@ from dsgraph.cluster.proc import Proc
 from dsgraph.errors import JobFailed
 
 
-
 @dataclass(frozen=True)
 class Stall:
     """A live process making no progress: for how long, and why."""

@@ -31,6 +31,17 @@ def enable_dump() -> None:
         pass
 
 
+def log_sizes(logs: list[Path]) -> dict[Path, int]:
+    """Each log's size now (0 where it cannot be read): where a dump requested next starts."""
+    sizes = {}
+    for log in logs:
+        try:
+            sizes[log] = log.stat().st_size
+        except OSError:
+            sizes[log] = 0
+    return sizes
+
+
 def request_dumps(pids: list[int], wait_s: float = 1.0) -> None:
     """Ask the processes ``pids`` for their stacks; give them ``wait_s`` to write them."""
     for pid in pids:
@@ -42,39 +53,27 @@ def request_dumps(pids: list[int], wait_s: float = 1.0) -> None:
         time.sleep(wait_s)
 
 
-def main_thread_frames(log: Path, depth: int = 3) -> str:
-    """The innermost ``depth`` frames of the main thread in the last stack dump of ``log``, as
+def main_thread_frames(log: Path, start: int = 0, depth: int = 3) -> str:
+    """The innermost ``depth`` frames of the main thread in the stack dump written to ``log``
+    from byte ``start`` on (:func:`log_sizes`, taken before :func:`request_dumps`), as
     ``file:line func < ...`` (paths shortened to the package); "" without a dump."""
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        with open(log, "rb") as fh:
+            fh.seek(start)
+            lines = fh.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
-    starts = [i for i, ln in enumerate(lines) if _THREAD.match(ln.rsplit("\r", 1)[-1])]
-    if not starts:
-        return ""
-    # the last dump: the run of thread headers after the last non-dump line before them
     threads: list[list[tuple[str, str, str]]] = []
-    for i in reversed(starts):
-        frames = []
-        for ln in lines[i + 1:]:
-            m = _FRAME.match(ln)
-            if m is None:
-                break
-            frames.append((_short(m["file"]), m["line"], m["func"]))
-        threads.append(frames)
-        if i == starts[0] or not _follows_dump(lines, starts, i):
-            break
+    for ln in lines:
+        if _THREAD.match(ln.rsplit("\r", 1)[-1]):
+            threads.append([])
+        elif threads and (m := _FRAME.match(ln)):
+            threads[-1].append((_short(m["file"]), m["line"], m["func"]))
+    # the main thread: the one that did not begin in threading's bootstrap
     main = [f for f in threads if f and f[-1][2] != _THREAD_START]
     if not main:
         return ""
     return " < ".join(f"{file}:{line} {func}" for file, line, func in main[0][:depth])
-
-
-def _follows_dump(lines: list[str], starts: list[int], i: int) -> bool:
-    """Whether the thread block at line ``i`` belongs to the same dump as the one before it."""
-    prev = starts[starts.index(i) - 1]
-    between = lines[prev + 1:i]
-    return all(_FRAME.match(ln) or not ln.strip() for ln in between)
 
 
 def _short(path: str) -> str:

@@ -220,9 +220,10 @@ class Supervisor:
             return err if isinstance(err, StorageError) else JobFailed(f"{head}; {err}")
         alive = [p for p in self.procs if p.popen.poll() is None]
         # where each one waits (a deadlock some runs meet is found from this line alone)
+        before = stacks.log_sizes([p.log for p in alive])
         stacks.request_dumps([p.popen.pid for p in alive if p.local])
         where = [f"{p.name} in {frames}" for p in alive
-                 if (frames := stacks.main_thread_frames(p.log))]
+                 if (frames := stacks.main_thread_frames(p.log, before[p.log]))]
         return JobFailed(f"{head}; still running: {', '.join(p.name for p in alive)}"
                          f"{'; ' if where else ''}{'; '.join(where)}; log {self.procs[0].log}: "
                          f"{log_tail(self.procs[0].log)}")

@@ -77,3 +77,8 @@ def task_facts(name: str) -> TaskFacts:
 def tasks_of_mode(mode: str) -> tuple[str, ...]:
     """The task names ``train.mode`` ``mode`` runs, in declaration order."""
     return tuple(name for name, f in TASK_FACTS.items() if mode in f.modes)
+
+
+def hetero_tasks() -> tuple[str, ...]:
+    """The task names that train heterogeneous graphs."""
+    return tuple(name for name, f in TASK_FACTS.items() if f.hetero)

@@ -11,19 +11,20 @@ from typing import Optional, Sequence
 import dgl
 
 from dsgraph.config import DatasetConfig
+from dsgraph.config.tasks import TaskFacts, hetero_tasks, task_facts
 from dsgraph.data.cache import cached, param_hash
+from dsgraph.data.chunked.contract import GRAPH_KEYS
 from dsgraph.data.csv_dataset import load_csv_dataset
 from dsgraph.data.edge_targets import edge_target_arrays, planted_targets, with_edge_targets
 from dsgraph.data.files import load_graph_file
-from dsgraph.data.hetero.contract import generate_hetero, is_hetero_csv, is_hetero_ogb, target_ntype
+from dsgraph.data.hetero.contract import (generate_hetero, is_hetero_csv, is_hetero_ogb,
+                                          target_ntype)
 from dsgraph.data.hetero.files import load_csv_hetero, load_ogb_hetero
 from dsgraph.data.ogb import load_ogb
 from dsgraph.data.ogb_link import is_link_folder, load_ogb_link
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, DataError
-from dsgraph.config.tasks import TASK_FACTS, TaskFacts, task_facts
 
-from dsgraph.data.chunked.contract import GRAPH_KEYS
 # DatasetConfig fields that do not shape the synthetic graph (left out of its cache key).
 NOT_SYNTHETIC = ("cache_dir", "path", "name", "split", "add_reverse_edges")
 
@@ -74,8 +75,8 @@ def _load_edge_task(cfg: DatasetConfig, facts: TaskFacts,
         return load_graph_file(cfg.path, None, cfg.seed, cfg.add_reverse_edges is True,
                                edge_task=(kind, edge_split))
     if is_hetero_csv(cfg.path):
-        raise DataError(f"{cfg.path}: task {facts.name!r} reads edge targets from a DGL CSV folder of "
-                        f"one node and edge type; this folder holds several")
+        raise DataError(f"{cfg.path}: task {facts.name!r} reads edge targets from a DGL CSV "
+                        f"folder of one node and edge type; this folder holds several")
     return load_csv_dataset(cfg.path, cfg.cache_dir, None, cfg.seed,
                             cfg.add_reverse_edges is True, edge_task=(kind, edge_split))
 
@@ -127,9 +128,9 @@ def _load_chunked(cfg: DatasetConfig, facts: Optional[TaskFacts] = None) -> dgl.
 def _node_task_only(cfg: DatasetConfig, facts: Optional[TaskFacts]) -> None:
     """Heterogeneous graphs train the tasks whose facts say so, on their target type."""
     if facts is not None and not facts.hetero:
-        wanted = " or ".join(name for name, f in TASK_FACTS.items() if f.hetero)
         raise DataError(f"{cfg.path}: a heterogeneous graph (several node and edge types); "
-                        f"expected task.name {wanted}, got {facts.name!r}")
+                        f"expected task.name {' or '.join(hetero_tasks())}, got "
+                        f"{facts.name!r}")
 
 
 def _load_synthetic_hetero(cfg: DatasetConfig) -> dgl.DGLGraph:

@@ -29,6 +29,7 @@ from torch import nn
 from dsgraph import checkpoint, dist, remat
 from dsgraph.config import Config
 from dsgraph.config.limits import short_repr
+from dsgraph.config.tasks import hetero_tasks
 from dsgraph.distgraph.budget import feature_budget_bytes
 from dsgraph.distgraph.evaluate import read_all
 from dsgraph.distgraph.hetero_inputs import HeteroInputs, HeteroNet
@@ -36,7 +37,6 @@ from dsgraph.errors import ConfigError, DataError
 from dsgraph.models.registry import build_model
 from dsgraph.partition import partition_json
 from dsgraph.tasks.evaluation import split_figures
-from dsgraph.config.tasks import TASK_FACTS
 from dsgraph.modes.sampled.source import PRESAMPLE_BATCHES, Batch, BatchSource, seeded_sampling
 
 # Node-type width the launcher-side probe builds the model with (its structure, not its size).
@@ -77,9 +77,8 @@ class TypedNodeBatches(BatchSource):
         builds over the graph's types and has one layer per fanout."""
         s = cfg.sampled
         if not cfg.task_facts.hetero:  # (their targets are the target type's labels)
-            wanted = [name for name, f in TASK_FACTS.items() if f.hetero]
             raise ConfigError(f"{cfg.source}: task.name: heterogeneous graphs train "
-                              f"{', '.join(map(repr, wanted))}, got {cfg.task_name!r}")
+                              f"{', '.join(map(repr, hetero_tasks()))}, got {cfg.task_name!r}")
         if s.feature_cache_policy != "frequency":
             raise ConfigError(f"{cfg.source}: sampled.feature_cache_policy: heterogeneous graphs "
                               f"rank cached rows by 'frequency', got "
