@@ -32,15 +32,21 @@ demo: install
 bench: install
 	$(BIN)/python -m benchmarks all $(ARGS)
 
-# `make test` runs every test: the unit tests and every multi-process job.
+# `make test` runs every test: the unit tests and every multi-process job. Test files run in
+# TEST_WORKERS processes (pytest-xdist, a file's tests together so its shared runs are built once):
+# a multi-process test mostly waits on start-ups and barriers, so two at a time keep 2 cores busy.
+# TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(ARGS)
 
 # `make test-fast` leaves out the tests marked `slow` (in tests/dist, every test not decorated
 # `@pytest.mark.fast`: see tests/dist/conftest.py): the unit tests and one end-to-end job per train
 # mode (sampled, sar, dsmpnn) remain, a check while working.
 test-fast: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow" $(ARGS)
 
 clean:
 	rm -rf $(VENV) data runs partitions .pytest_cache *.egg-info

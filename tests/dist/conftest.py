@@ -8,8 +8,9 @@ new test here is slow until it is decorated ``fast``, so the quick subset grows 
 the marker travels with the function, so renaming a test keeps its place in the subset.
 
 Fixtures: ``two_hosts`` (two hosts with their own addresses on one machine), and finished runs
-that several tests only read, each trained once per session (a test that changes a run, e.g.
-resumes it, works on a copy).
+that several tests only read, each trained once per test process (``make test`` runs files in
+two, pytest-xdist ``--dist loadfile``; a test that changes a run, e.g. resumes it, works on a
+copy).
 """
 from __future__ import annotations
 
