@@ -33,9 +33,9 @@ bench: install
 	$(BIN)/python -m benchmarks all $(ARGS)
 
 # `make test` runs every test: the unit tests and every multi-process job. Test files run in
-# TEST_WORKERS processes (pytest-xdist, a file's tests together so its shared runs are built once):
-# a multi-process test mostly waits on start-ups and barriers, so two at a time keep 2 cores busy.
-# TEST_WORKERS=0 runs them in this process.
+# TEST_WORKERS processes (pytest-xdist; a file's tests stay together, so its module fixtures are
+# built once, session fixtures once per worker): a multi-process test mostly waits on start-ups
+# and barriers, so two at a time keep 2 cores busy. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
