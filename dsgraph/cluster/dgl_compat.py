@@ -39,17 +39,25 @@ draw from what is asked (the seed nodes, fanouts and direction, :func:`request_s
 server and in the trainer or sampler process alike: a draw is a function of the request, and a
 trainer's requests are a function of ``train.seed`` (its batches).
 
+Stock jobs (``run_dgl_job(..., stock=True)``, DGL unpatched, for the comparison rows) keep DGL's
+fixed segment names, so two of them on one host at once would map each other's graph and KV
+segments (and one's cleanup would remove the other's): :func:`stock_host_lock` lets one stock
+job at a time run per host, the next waits for it. Patched jobs need no lock.
+
 It is never applied on ``import dsgraph``: entry points call :func:`apply_from_env` at their top
 level, which also covers spawned sampler processes (they re-import the entry module).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
 import time
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dsgraph.cluster import lifeline
 
@@ -58,6 +66,27 @@ ENV_TOKEN = "DSGRAPH_JOB_TOKEN"
 ENV_GRAPH = "DSGRAPH_GRAPH_NAME"
 
 _applied: dict | None = None
+
+
+def stock_lock_path() -> Path:
+    """The host-wide lock file of stock DGL jobs (one per user: names in /dev/shm are too)."""
+    return Path(tempfile.gettempdir()) / f"dsgraph-stock-dgl-{os.getuid()}.lock"
+
+
+@contextmanager
+def stock_host_lock(path: Path | None = None) -> Iterator[None]:
+    """Hold this host's stock-DGL lock while the block runs; wait while another job holds it.
+
+    ``flock`` is released by the kernel when its holder dies, so a killed job never leaves it
+    taken; the file is opened without following a symlink planted at its name.
+    """
+    path = stock_lock_path() if path is None else path
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 SERVER_CONNECT_WAIT_S = 0.1  # see the module docstring
 
 

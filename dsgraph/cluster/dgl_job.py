@@ -45,21 +45,32 @@ def run_dgl_job(run_dir: Path, part_config: Path, cluster: ClusterConfig, traine
 
     ``stock=True`` runs DGL's own single-host path with no patches (for comparison benchmarks;
     it is only correct with one partition). Its segments carry no job token: the supervisor
-    removes the ones this job's processes mapped, never another job's.
+    removes the ones this job's processes mapped, never another job's, and one stock job runs
+    per host at a time (:func:`dgl_compat.stock_host_lock`).
     """
+    if stock:
+        with dgl_compat.stock_host_lock():
+            return _run(run_dir, part_config, cluster, trainer_module, trainer_args, timeout_s,
+                        token=None)
+    return _run(run_dir, part_config, cluster, trainer_module, trainer_args, timeout_s,
+                token=shm.new_token())
+
+
+def _run(run_dir: Path, part_config: Path, cluster: ClusterConfig, trainer_module: str,
+         trainer_args: Sequence[str], timeout_s: float, token: str | None) -> dict[str, float]:
+    """:func:`run_dgl_job` with its job token (``None``: stock, unpatched)."""
     run_dir = Path(run_dir).resolve()
     meta = json.loads(Path(part_config).read_text())
     machines = plan_machines(cluster, meta["num_parts"])
     ip_config = write_ip_config(machines, run_dir / "ip_config.txt")
     S, T, K = cluster.servers_per_machine, cluster.trainers_per_machine, cluster.samplers_per_trainer
     num_clients = T * (1 + K) * len(machines)
-    # The token (which names this launcher as the owner) goes into every shm segment's name.
-    token = None if stock else shm.new_token()
     master_port = free_port_range(1)
     common = {"DGL_NUM_SERVER": str(S), "DGL_NUM_CLIENT": str(num_clients),
               "DGL_NUM_SAMPLER": str(K), _ENV_IP_CONFIG: str(ip_config),
               "DGL_GRAPH_FORMAT": "csc", "DGL_DIST_MAX_TRY_TIMES": "60"}
-    with Launcher(run_dir, cluster, timeout_s, shm_token=token, snapshot_shm=stock) as launcher:
+    with Launcher(run_dir, cluster, timeout_s, shm_token=token,
+                  snapshot_shm=token is None) as launcher:
         for m in machines:
             cfg_m, graph_m = Path(part_config).resolve(), meta["graph_name"]
             env_m = dict(common)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
 
 import dgl
 import pytest
 
+from dsgraph.cluster import dgl_compat
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
@@ -25,11 +28,26 @@ def test_stock_trainer_trains_one_partition_two_trainers(tmp_path):
                                     num_trainers_per_machine=2, part_method="metis")
     run = tmp_path / "run"
     run.mkdir()
+    # Another stock job holds the host for the first seconds: this one must start after it.
+    held, released = threading.Event(), []  # released: the job had not begun
+
+    def other_job():
+        with dgl_compat.stock_host_lock():
+            held.set()
+            time.sleep(2.0)
+            assert not any(run.iterdir()), "started while another stock job held the host"
+            released.append(True)
+
+    other = threading.Thread(target=other_job)
+    other.start()
+    held.wait(30)
     run_dgl_job(run, tmp_path / "parts" / "graph.json", ClusterConfig(trainers_per_machine=2),
                 "benchmarks.stock_dgl_trainer",
                 ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--fanouts", "5,10",
                  "--hidden", "32", "--eval-batch-size", "1024"],
                 timeout_s=90, stock=True)
+    other.join()
+    assert released, "the job started while another stock job held the host"
     lines = [json.loads(ln) for ln in (run / "stock_metrics.jsonl").read_text().splitlines()]
     summary = json.loads((run / "stock_summary.json").read_text())
 
