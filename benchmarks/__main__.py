@@ -8,6 +8,7 @@ import inspect
 import os
 import signal
 
+from dsgraph.cluster import preload
 from dsgraph.cluster.chatter import quiet_env
 from dsgraph.config import plain_help
 from dsgraph.errors import UserError, cli_main
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.datasets is not None:
         kwargs["datasets"] = [d for d in args.datasets.split(",") if d]
     os.environ.setdefault("OMP_NUM_THREADS", "2")  # before torch is imported
+    # Fresh processes only: a forked one shares pages with its server, which skews memory.
+    os.environ.pop(preload.ENV_SOCKET, None)
     quiet_env(os.environ)  # before DGL is imported: no backend notice on the console
     # SIGTERM unwinds like Ctrl-C, so emulated hosts (namespaces, their /dev/shm folders) and
     # temporary partitions are removed by their context managers instead of left behind.

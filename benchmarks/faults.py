@@ -31,6 +31,7 @@ import psutil
 
 from benchmarks import storage
 from benchmarks.jobwatch import Watch, alive, job_shm, listening_now, temp_files
+from dsgraph.cluster.preload import fresh_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -124,7 +125,8 @@ def prepare(root: Path) -> Workspace:
     ws = Workspace(Path(root))
     (ws.root / "models").mkdir(parents=True, exist_ok=True)
     (ws.root / "models" / "faulty_model.py").write_text(FAULT_MODEL)
-    ws.env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+    # Fresh job processes (no preload server): the cases watch the launcher's own process tree.
+    ws.env = dict(fresh_env(), OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT), str(ws.root / "models")] + ([os.environ["PYTHONPATH"]]
                                                 if os.environ.get("PYTHONPATH") else [])))
     args = [PY, "-m", "partition", "--config", str(config_of("sampled"))]

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from benchmarks.faults import default_sigint
-from dsgraph.cluster import shm
+from dsgraph.cluster import preload, shm
 from dsgraph.cluster.spec import read_ip_config
 from dsgraph.cluster.supervise import Supervisor
 from dsgraph.errors import ConfigError, JobFailed, UserError
@@ -67,8 +67,10 @@ LAUNCHER = (
 
 def _start_launcher(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A launcher of two sleeping gloo workers; returns it and the workers' pids once joined."""
+    # fresh workers (no preload server): they are looked for among the launcher's children
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+                            env=preload.fresh_env())
     deadline = time.time() + 40
     workers: list[int] = []
     while time.time() < deadline and len(workers) < 2:

@@ -5,6 +5,10 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsgraph.cluster.preload import PreloadedProcess
 
 
 @dataclass
@@ -12,7 +16,7 @@ class Proc:
     """One supervised process."""
 
     name: str
-    popen: subprocess.Popen
+    popen: "subprocess.Popen | PreloadedProcess"  # forked by the preload server, or fresh
     log: Path
     required: bool  # the job is done when every required process has exited 0
     ended: float | None = field(default=None)  # wall-clock time its exit was first seen

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from dsgraph.cluster import heartbeat, lifeline, shm, stacks
+from dsgraph.cluster import heartbeat, lifeline, preload, shm, stacks
 from dsgraph.cluster.console import tee
 from dsgraph.cluster.hangs import HangWatch, Stall
 from dsgraph.cluster.logs import is_peer_error, log_cause, log_tail, signal_name
@@ -134,11 +134,14 @@ class Supervisor:
         if beat is not None:
             env.update(self.heartbeat_env(name))
         with fh:
-            popen = subprocess.Popen(list(argv), env=env, cwd=cwd,
-                                     stdout=subprocess.PIPE if echo else fh,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True,
-                                     preexec_fn=partial(lifeline.child_setup, os.getpid()))
+            server = preload.socket_for(argv, env)
+            popen = _spawn_preloaded(server, argv, env, cwd, fh, echo) if server else None
+            if popen is None:
+                popen = subprocess.Popen(list(argv), env=env, cwd=cwd,
+                                         stdout=subprocess.PIPE if echo else fh,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True,
+                                         preexec_fn=partial(lifeline.child_setup, os.getpid()))
         self._tell_reaper(f"pid {popen.pid}")
         proc = Proc(name, popen, log, required, beat=beat,
                     hush=threading.Event() if echo else None, local=local)
@@ -365,6 +368,26 @@ class Supervisor:
         if self._reaper is not None:
             self._reaper.close()
         self.memory.publish()
+
+
+def _spawn_preloaded(server: str, argv: Sequence[str], env: dict[str, str], cwd: str | None,
+                     log, echo: bool) -> preload.PreloadedProcess | None:
+    """:meth:`Supervisor.spawn`'s process, forked by the preload server (:mod:`.preload`);
+    None if the server refused it."""
+    if not echo:
+        return preload.spawn(server, argv, env, cwd, log.fileno())
+    read_fd, write_fd = os.pipe()
+    stdout = os.fdopen(read_fd, "rb")
+    try:
+        proc = preload.spawn(server, argv, env, cwd, write_fd, stdout=stdout)
+    except BaseException:
+        stdout.close()
+        raise
+    finally:
+        os.close(write_fd)  # the child holds its own copy: the pipe ends when it exits
+    if proc is None:
+        stdout.close()
+    return proc
 
 
 def _signal_group(pgid: int, sig: int) -> None:
