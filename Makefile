@@ -34,9 +34,11 @@ bench: install
 
 # `make test` runs every test: the unit tests and every multi-process job. Test files run in
 # TEST_WORKERS processes (pytest-xdist; a file's tests stay together, so its module fixtures are
-# built once, session fixtures once per worker): a multi-process test mostly waits on start-ups
-# and barriers, so two at a time keep 2 cores busy. TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= 2
+# built once, session fixtures once per worker): a multi-process test mostly waits on barriers,
+# timeouts and peers, so three at a time keep 2 cores busy (four were no faster).
+# TEST_WORKERS=0 runs them in this process. Job processes are forked from a pre-imported one per
+# worker (tests/conftest.py); DSGRAPH_TEST_PRELOAD=0 starts each fresh.
+TEST_WORKERS ?= 3
 XDIST = -n $(TEST_WORKERS) --dist loadfile
 
 test: install

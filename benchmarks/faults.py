@@ -231,70 +231,13 @@ def run_case(ws: Workspace, case: Case) -> dict[str, Any]:
 
 def _run_case(ws: Workspace, case: Case, run: Path,
               mounted: Optional[list[Path]] = None) -> dict[str, Any]:
-    first = "worker0" if case.mode != "sampled" else "trainer0"
-    extra: tuple[str, ...] = ()
-    holder = None
-    if case.fault == "port":
-        holder = socket.socket()
-        holder.bind(("127.0.0.1", 0))
-        holder.listen(1)
-        port = holder.getsockname()[1]
-        ip_config = ws.root / f"ip_config_{port}.txt"
-        ip_config.write_text(f"127.0.0.1 {port}\n127.0.0.1 {port + 1}\n")
-        extra = (f"cluster.ip_config={ip_config}",)
+    holder, extra = _hold_port(ws) if case.fault == "port" else (None, ())
     record: dict[str, Any] = {"case": case.name, "mode": case.mode, "fault": case.fault}
-    stopped: Optional[psutil.Process] = None
     proc, err_path = _launch(ws, case, run, extra)
     watch = Watch(proc.pid)
+    stopped: Optional[psutil.Process] = None
     try:
-        fault_at = time.monotonic()
-        if case.fault.startswith(("kill9", "sigstop", "sigint", "sigterm")):
-            ready = _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc)
-            if not ready:
-                raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
-                                   f"{err_path.read_text()[-2000:]}")
-            watch.sample()
-            if case.target == "launcher":
-                target = psutil.Process(proc.pid)
-            else:
-                target = _find(proc.pid, case.target)
-                if target is None:
-                    raise RuntimeError(f"{case.name}: no process {case.target}")
-            sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM,
-                   "sigstop": signal.SIGSTOP}.get(case.fault.split(":")[0], signal.SIGKILL)
-            fault_at = time.monotonic()
-            target.send_signal(sig)
-            if sig == signal.SIGSTOP:
-                stopped = target
-        elif case.fault in STORAGE:
-            ready = _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc)
-            if not ready:
-                raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
-                                   f"{err_path.read_text()[-2000:]}")
-            watch.sample()
-            fault_at = time.monotonic()
-            if case.fault == "readonly":
-                storage.make_read_only(run)
-                mounted.append(run)
-            else:
-                storage.fill(run)
-        elif case.fault == "ckpt":
-            # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
-            # (not the first write: --resume needs an earlier checkpoint)
-            caught_files: list[list[str]] = [[]]
-
-            def writing() -> bool:
-                caught_files[0] = temp_files(run)
-                return (run / "checkpoint.pt").exists() and bool(caught_files[0])
-            caught = _wait_until(writing, 150, proc, poll_s=0.002)
-            if not caught:
-                raise RuntimeError(f"{case.name}: no checkpoint write was caught: "
-                                   f"{err_path.read_text()[-2000:]}")
-            watch.sample()
-            fault_at = time.monotonic()
-            proc.kill()
-            # what the kill interrupted (the job's reaper then removes it: dead writers' temps)
-            record["temp_files_at_kill"] = caught_files[0]
+        fault_at, stopped = _inject(ws, case, run, proc, err_path, watch, record, mounted)
         try:
             proc.wait(EXIT_LIMIT_S + 30)
         except subprocess.TimeoutExpired:
@@ -323,30 +266,100 @@ def _run_case(ws: Workspace, case: Case, run: Path,
     record.update(exit_code=proc.returncode, message=_error_line(stderr),
                   traceback="Traceback" in stderr)
     if case.fault == "ckpt":
-        again, again_err = _launch(ws, case, run, resume=True)
-        again.wait(240)
-        text = again_err.read_text(errors="replace")
-        record["resume_exit_code"] = again.returncode
-        record["resume_message"] = _error_line(text)
-        try:
-            lines = (run / "metrics.jsonl").read_text().splitlines()
-            record["resumed_epochs"] = [json.loads(ln)["epoch"] for ln in lines]
-        except (OSError, ValueError):
-            record["resumed_epochs"] = []
-    ports = {port for _, port in watch.listening}
-    record.update(
-        listening=sorted(f"{ip}:{port}" for ip, port in watch.listening),
-        wildcard_listeners=sorted(f"{ip}:{port}" for ip, port in watch.listening
-                                  if ip in ("0.0.0.0", "::")),
-        processes_seen=len(watch.pids), shm_seen=len(watch.shm),
-        left_processes=alive(watch.pids), left_ports=listening_now(ports),
-        left_shm=job_shm(proc.pid), left_temp_files=temp_files(run))
-    record["cleaned_up"] = not (record["left_processes"] or record["left_ports"]
-                                or record["left_shm"] or record["left_temp_files"])
+        record.update(_resume(ws, case, run))
+    record.update(_left_behind(watch, proc, run))
     if stopped is not None and stopped.pid in record["left_processes"]:
         stopped.kill()  # recorded; a stopped process would otherwise never end
     record["handled"] = handled(case, record)
     return record
+
+
+def _hold_port(ws: Workspace) -> tuple[socket.socket, tuple[str, ...]]:
+    """A listening socket on the port an ip_config names as the job's first: the port fault."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    ip_config = ws.root / f"ip_config_{port}.txt"
+    ip_config.write_text(f"127.0.0.1 {port}\n127.0.0.1 {port + 1}\n")
+    return holder, (f"cluster.ip_config={ip_config}",)
+
+
+def _inject(ws: Workspace, case: Case, run: Path, proc: subprocess.Popen, err_path: Path,
+            watch: Watch, record: dict[str, Any], mounted: Optional[list[Path]]
+            ) -> tuple[float, Optional[psutil.Process]]:
+    """Wait for the moment the case's fault needs, then inject it; when it was injected, and
+    the process it stopped (SIGSTOP), if any. Faults that come from the job's own input (a
+    held port, a raising hook) are injected at launch."""
+    first = "worker0" if case.mode != "sampled" else "trainer0"
+    if case.fault.startswith(("kill9", "sigstop", "sigint", "sigterm")) or case.fault in STORAGE:
+        if not _wait_until(lambda: "epoch 1:" in _log(run, first), 150, proc):
+            raise RuntimeError(f"{case.name}: the job never reached epoch 1: "
+                               f"{err_path.read_text()[-2000:]}")
+        watch.sample()
+        if case.fault in STORAGE:
+            fault_at = time.monotonic()
+            if case.fault == "readonly":
+                storage.make_read_only(run)
+                mounted.append(run)
+            else:
+                storage.fill(run)
+            return fault_at, None
+        target = psutil.Process(proc.pid) if case.target == "launcher" else \
+            _find(proc.pid, case.target)
+        if target is None:
+            raise RuntimeError(f"{case.name}: no process {case.target}")
+        sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM,
+               "sigstop": signal.SIGSTOP}.get(case.fault.split(":")[0], signal.SIGKILL)
+        fault_at = time.monotonic()
+        target.send_signal(sig)
+        return fault_at, target if sig == signal.SIGSTOP else None
+    if case.fault == "ckpt":
+        # Kill -9 the launcher while rank 0 writes a checkpoint (its temp file exists).
+        # (not the first write: --resume needs an earlier checkpoint)
+        caught_files: list[list[str]] = [[]]
+
+        def writing() -> bool:
+            caught_files[0] = temp_files(run)
+            return (run / "checkpoint.pt").exists() and bool(caught_files[0])
+        if not _wait_until(writing, 150, proc, poll_s=0.002):
+            raise RuntimeError(f"{case.name}: no checkpoint write was caught: "
+                               f"{err_path.read_text()[-2000:]}")
+        watch.sample()
+        fault_at = time.monotonic()
+        proc.kill()
+        # what the kill interrupted (the job's reaper then removes it: dead writers' temps)
+        record["temp_files_at_kill"] = caught_files[0]
+        return fault_at, None
+    return time.monotonic(), None
+
+
+def _resume(ws: Workspace, case: Case, run: Path) -> dict[str, Any]:
+    """``--resume`` after the checkpoint-write kill: its exit, message and the epochs it wrote."""
+    again, again_err = _launch(ws, case, run, resume=True)
+    again.wait(240)
+    out: dict[str, Any] = {"resume_exit_code": again.returncode,
+                           "resume_message": _error_line(again_err.read_text(errors="replace"))}
+    try:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        out["resumed_epochs"] = [json.loads(ln)["epoch"] for ln in lines]
+    except (OSError, ValueError):
+        out["resumed_epochs"] = []
+    return out
+
+
+def _left_behind(watch: Watch, proc: subprocess.Popen, run: Path) -> dict[str, Any]:
+    """What the job opened, and what of it outlived the job (processes, ports, shm, temps)."""
+    ports = {port for _, port in watch.listening}
+    out = dict(listening=sorted(f"{ip}:{port}" for ip, port in watch.listening),
+               wildcard_listeners=sorted(f"{ip}:{port}" for ip, port in watch.listening
+                                         if ip in ("0.0.0.0", "::")),
+               processes_seen=len(watch.pids), shm_seen=len(watch.shm),
+               left_processes=alive(watch.pids), left_ports=listening_now(ports),
+               left_shm=job_shm(proc.pid), left_temp_files=temp_files(run))
+    out["cleaned_up"] = not (out["left_processes"] or out["left_ports"] or out["left_shm"]
+                             or out["left_temp_files"])
+    return out
 
 
 def handled(case: Case, r: dict[str, Any]) -> bool:

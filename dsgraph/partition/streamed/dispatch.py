@@ -60,13 +60,9 @@ def dispatch_partitions(graph: GraphChunks, assignment: np.ndarray, out_dir: str
     num_parts = len(counts)
     keys = graph.node_keys()
     offsets = np.asarray(graph.edge_offsets(), dtype=np.int64)
-    inputs = {"format": _FORMAT, "num_nodes": int(graph.num_nodes),
-              "num_edges": int(graph.num_edges), "halo_hops": halo_hops, "num_parts": num_parts,
-              "edge_offsets": hashlib.sha256(offsets.tobytes()).hexdigest(),
-              "assignment": hashlib.sha256(assign.tobytes()).hexdigest(),
-              "keys": [[k.name, np.dtype(k.dtype).str, list(k.row_shape)] for k in keys]}
     with storage_errors(work / "inputs.json", "the dispatch's work files"):
-        resumed = prepare_work_dir(work, inputs)
+        resumed = prepare_work_dir(work, _inputs(graph, keys, offsets, assign, halo_hops,
+                                                  num_parts))
     _check_space(graph, keys, work, out_dir)
     print(f"dispatch: {graph.num_nodes} nodes, {graph.num_edges} edges in "
           f"{graph.num_edge_chunks} chunks -> {num_parts} parts (halo {halo_hops}), {workers} "
@@ -80,18 +76,7 @@ def dispatch_partitions(graph: GraphChunks, assignment: np.ndarray, out_dir: str
         fp = run.submit("fingerprint", steps.fingerprint, (plan,))
         # once the parts are sorted, the routed files are gone: their markers alone count
         sorted_all = all(run.reused(f"sort-p{k}") is not None for k in range(num_parts))
-        routed = run.run("route", [(f"route-c{c}", steps.route_chunk,
-                                    (plan, c, int(offsets[c]), int(offsets[c + 1] - offsets[c])))
-                                   for c in range(graph.num_edge_chunks)],
-                         check_files=not sorted_all)
-        into = np.sum([r["into"] for r in routed.values()], axis=0, dtype=np.int64)
-        out = np.sum([r["out"] for r in routed.values()], axis=0, dtype=np.int64)
-        if ((into + out) == 0).any():  # DGL's partition_graph_with_halo crashes on such a part
-            raise UserError(f"partition: part {int(np.argmin(into + out))} would have no edges "
-                            f"({graph.num_edges} edges into {num_parts} parts); use fewer parts")
-        print(f"dispatch: routed {graph.num_edges} edges: {into.tolist()} into the parts, "
-              f"{sum(r['cut'] for r in routed.values())} cut", flush=True)
-        _fail_hook("route")
+        routed, into = _route(run, plan, graph, offsets, check_files=not sorted_all)
         plan.edge_start = np.concatenate([[0], np.cumsum(into)]).astype(np.int64).tolist()
         run.run("sort", [(f"sort-p{k}", steps.sort_part, (plan, k, graph.num_edge_chunks))
                          for k in range(num_parts)])
@@ -125,6 +110,35 @@ def dispatch_partitions(graph: GraphChunks, assignment: np.ndarray, out_dir: str
     shutil.rmtree(work, ignore_errors=True)
     print(f"dispatch: wrote {out_dir} in {time.perf_counter() - t0:.1f} s", flush=True)
     return out_dir / f"{graph_name}.json"
+
+
+def _inputs(graph: GraphChunks, keys, offsets: np.ndarray, assign: np.ndarray,
+            halo_hops: int, num_parts: int) -> dict:
+    """What the work files were made from: a rerun resumes only from the same inputs."""
+    return {"format": _FORMAT, "num_nodes": int(graph.num_nodes),
+            "num_edges": int(graph.num_edges), "halo_hops": halo_hops,
+            "num_parts": num_parts,
+            "edge_offsets": hashlib.sha256(offsets.tobytes()).hexdigest(),
+            "assignment": hashlib.sha256(assign.tobytes()).hexdigest(),
+            "keys": [[k.name, np.dtype(k.dtype).str, list(k.row_shape)] for k in keys]}
+
+
+def _route(run: Runner, plan: steps.Plan, graph: GraphChunks, offsets: np.ndarray,
+           check_files: bool) -> tuple[dict, np.ndarray]:
+    """Route every edge chunk to the parts of its destinations; each chunk's figures and the
+    edges into each part. Refuses a part that would have no edges."""
+    routed = run.run("route", [(f"route-c{c}", steps.route_chunk,
+                                (plan, c, int(offsets[c]), int(offsets[c + 1] - offsets[c])))
+                               for c in range(graph.num_edge_chunks)], check_files=check_files)
+    into = np.sum([r["into"] for r in routed.values()], axis=0, dtype=np.int64)
+    out = np.sum([r["out"] for r in routed.values()], axis=0, dtype=np.int64)
+    if ((into + out) == 0).any():  # DGL's partition_graph_with_halo crashes on such a part
+        raise UserError(f"partition: part {int(np.argmin(into + out))} would have no edges "
+                        f"({graph.num_edges} edges into {plan.num_parts} parts); use fewer parts")
+    print(f"dispatch: routed {graph.num_edges} edges: {into.tolist()} into the parts, "
+          f"{sum(r['cut'] for r in routed.values())} cut", flush=True)
+    _fail_hook("route")
+    return routed, into
 
 
 def _check_inputs(graph, assignment: np.ndarray, out_dir: Path, force: bool, halo_hops: int,
