@@ -429,9 +429,9 @@ def test_the_cause_after_a_progress_bar_on_the_same_line_is_found(tmp_path):
 
 
 WAITER = ("from dsgraph.cluster.worker import run_process_main\n"
-          "import time\n"
+          "import sys, time\n"
           "def waits_for_a_peer():\n"
-          "    time.sleep(60)\n"
+          "    open(sys.argv[1], 'w').close(); time.sleep(60)\n"
           "run_process_main(waits_for_a_peer)\n")
 
 
@@ -442,7 +442,14 @@ def test_the_job_timeout_names_where_each_live_process_waits(tmp_path):
     with pytest.raises(JobFailed) as info:
         with Supervisor(tmp_path, timeout_s=4.0, heartbeat_s=60.0, grace_s=1.0) as sup:
             for name in ("trainer0", "trainer1"):
-                sup.spawn(name, [sys.executable, "-c", WAITER], dict(os.environ))
+                sup.spawn(name, [sys.executable, "-c", WAITER, str(tmp_path / f"{name}.in")],
+                          dict(os.environ))
+            # Both must be waiting when the job times out: a fresh interpreter importing torch
+            # on a busy machine can take longer than the timeout to get there.
+            deadline = time.monotonic() + 45
+            while time.monotonic() < deadline and \
+                    not all((tmp_path / f"trainer{r}.in").exists() for r in (0, 1)):
+                time.sleep(0.05)
             sup.wait()
     msg = str(info.value)
     assert msg.startswith("job timed out after 4 s; still running: trainer0, trainer1"), msg

@@ -8,6 +8,7 @@ from dsgraph.cluster import dgl_compat
 
 dgl_compat.apply_from_env()  # process entry point: patch before DGL starts
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -49,88 +50,15 @@ def _check(g, frontiers: list, fanout: int, edges: set, n: int) -> dict:
     return {"bad_count": bad_count, "bad_edge": bad_edge, "dup": dup}
 
 
-def main(run_dir: Path) -> None:
-    """Sample with the local-halo sampler; record checks and RPC request counts."""
+def _reach(g, index, owned: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> dict:
+    """Reachability and frequencies: the highest-degree owned and complete halo nodes that
+    400 draws can cover (each in-neighbour expected ~100 times), through the frontier
+    function and through the sampler's fused in-partition path."""
     import dgl
-    import torch.distributed as dist
-    from dgl.distributed import graph_services
     from scipy.stats import chisquare
 
-    from dsgraph.distgraph.local_sampler import (LOCAL_ID, LocalHaloSampler, LocalIndex,
-                                                 SampleCounter, local_frontier)
+    from dsgraph.distgraph.local_sampler import LocalHaloSampler, local_frontier
 
-    rank, g = connect()
-    pb = g.get_partition_book()
-    src, dst = torch.load(run_dir / "edges.pt")
-    n = int(max(src.max(), dst.max())) + 1
-    edges = set((src * n + dst).tolist())
-    index = LocalIndex.build(g)
-    lg = g.local_partition
-    sent = []
-    original_send = graph_services.send_requests_to_machine
-
-    def counting_send(req_list):
-        sent.append(len(req_list))
-        return original_send(req_list)
-
-    graph_services.send_requests_to_machine = counting_send
-    dgl.seed(rank)
-    owned = torch.nonzero(pb.nid2partid(torch.arange(g.num_nodes())) == pb.partid).squeeze(1)
-    seeds = owned[torch.randperm(owned.numel())[:200]]
-    sampler = LocalHaloSampler([FANOUT, FANOUT], index)
-    counter = SampleCounter(g, index)
-    blocks_ok = True
-    sent.clear()
-    for _ in range(5):
-        input_nodes, out, blocks = sampler.sample_blocks(g, seeds)
-        counter.add(blocks)
-        blocks_ok &= bool(torch.equal(out, seeds)
-                          and torch.equal(blocks[-1].dstdata[dgl.NID], seeds)
-                          and torch.equal(blocks[0].srcdata[dgl.NID], input_nodes))
-        for b in blocks:  # DGL's block layout: the destination nodes lead the source nodes
-            lead = b.srcdata[dgl.NID][:b.num_dst_nodes()]
-            blocks_ok &= bool(torch.equal(lead, b.dstdata[dgl.NID]))
-        blocks_ok &= bool(torch.equal(blocks[0].dstdata[dgl.NID], blocks[1].srcdata[dgl.NID]))
-        # Sampled wholly in the partition: the input block carries its sources' local ids.
-        blocks_ok &= bool(torch.equal(lg.ndata[dgl.NID][blocks[0].srcdata[LOCAL_ID]],
-                                      input_nodes)) and LOCAL_ID not in blocks[1].srcdata
-    two_hop_requests = sum(sent)
-    graph_services.send_requests_to_machine = original_send
-    block_check = _check(g, _block_edges(blocks), FANOUT, edges, n)
-    # Complete halo seeds: the first layer is sampled in the partition's id space, the next
-    # frontier reaches 2-hop nodes the partition lacks edges of, so the batch switches path.
-    halo_seeds = index.halo_ids[:100]
-    fused_layers = []
-    fused_block = sampler._fused_block
-    sampler._fused_block = lambda *a: fused_layers.append(1) or fused_block(*a)
-    input_nodes, out, switched = sampler.sample_blocks(g, halo_seeds)
-    sampler._fused_block = fused_block
-    blocks_ok &= bool(torch.equal(out, halo_seeds)
-                      and torch.equal(switched[-1].dstdata[dgl.NID], halo_seeds)
-                      and torch.equal(switched[0].dstdata[dgl.NID], switched[1].srcdata[dgl.NID])
-                      and torch.equal(switched[0].srcdata[dgl.NID], input_nodes)
-                      and all(LOCAL_ID not in b.srcdata for b in switched))
-    switch_check = _check(g, _block_edges(switched), FANOUT, edges, n)
-    in_partition, _ = index.split(pb, switched[-1].srcdata[dgl.NID])
-    switch = {"fused_layers": len(fused_layers), "frontier_outside": int((~in_partition).sum())}
-
-    # Nodes the partition stores without all in-edges (2-hop halo): one request per owner.
-    halo = lg.ndata[dgl.NID][lg.ndata["inner_node"] == 0]
-    incomplete = halo[~torch.isin(halo, index.halo_ids)][:50]
-    inner_src, _ = lg.in_edges(torch.nonzero(lg.ndata["inner_node"]).squeeze(1))
-    one_hop = lg.ndata[dgl.NID][inner_src[lg.ndata["inner_node"][inner_src] == 0]]
-    one_hop_incomplete = int((~torch.isin(one_hop, index.halo_ids)).sum())
-    graph_services.send_requests_to_machine = counting_send
-    sent.clear()
-    mixed = torch.cat([seeds[:50], index.halo_ids[:50], incomplete])
-    fr = local_frontier(g, index, mixed, FANOUT)
-    incomplete_requests = list(sent)
-    graph_services.send_requests_to_machine = original_send
-    mixed_check = _check(g, [(mixed, *fr.edges(), fr.edata[dgl.EID])], FANOUT, edges, n)
-
-    # Reachability and frequencies: the highest-degree owned and complete halo nodes that
-    # 400 draws can cover (each in-neighbour expected ~100 times), through the frontier
-    # function and through the sampler's fused in-partition path.
     reach = {}
     orig = g.ndata["orig_id"][torch.arange(g.num_nodes())]
     one_layer = LocalHaloSampler([REACH_FANOUT], index)
@@ -162,7 +90,93 @@ def main(run_dir: Path) -> None:
         reach[kind] = {"degree": int(deg.max()), "true_in": int(true_in.numel()),
                        "all_seen": all_seen,
                        "chi2_p": float(chisquare(observed, expected).pvalue) if all_seen else 0.0}
+    return reach
 
+
+@contextlib.contextmanager
+def _counted_requests():
+    """Count DGL's sampling requests sent in the block: the list of their batch sizes."""
+    from dgl.distributed import graph_services
+
+    sent: list[int] = []
+    original = graph_services.send_requests_to_machine
+
+    def counting_send(req_list):
+        sent.append(len(req_list))
+        return original(req_list)
+
+    graph_services.send_requests_to_machine = counting_send
+    try:
+        yield sent
+    finally:
+        graph_services.send_requests_to_machine = original
+
+
+def main(run_dir: Path) -> None:
+    """Sample with the local-halo sampler; record checks and RPC request counts."""
+    import dgl
+    import torch.distributed as dist
+
+    from dsgraph.distgraph.local_sampler import (LOCAL_ID, LocalHaloSampler, LocalIndex,
+                                                 SampleCounter, local_frontier)
+
+    rank, g = connect()
+    pb = g.get_partition_book()
+    src, dst = torch.load(run_dir / "edges.pt")
+    n = int(max(src.max(), dst.max())) + 1
+    edges = set((src * n + dst).tolist())
+    index = LocalIndex.build(g)
+    lg = g.local_partition
+    dgl.seed(rank)
+    owned = torch.nonzero(pb.nid2partid(torch.arange(g.num_nodes())) == pb.partid).squeeze(1)
+    seeds = owned[torch.randperm(owned.numel())[:200]]
+    sampler = LocalHaloSampler([FANOUT, FANOUT], index)
+    counter = SampleCounter(g, index)
+    blocks_ok = True
+    with _counted_requests() as sent:
+        for _ in range(5):
+            input_nodes, out, blocks = sampler.sample_blocks(g, seeds)
+            counter.add(blocks)
+            blocks_ok &= bool(torch.equal(out, seeds)
+                              and torch.equal(blocks[-1].dstdata[dgl.NID], seeds)
+                              and torch.equal(blocks[0].srcdata[dgl.NID], input_nodes))
+            for b in blocks:  # DGL's block layout: the destination nodes lead the source nodes
+                lead = b.srcdata[dgl.NID][:b.num_dst_nodes()]
+                blocks_ok &= bool(torch.equal(lead, b.dstdata[dgl.NID]))
+            blocks_ok &= bool(torch.equal(blocks[0].dstdata[dgl.NID],
+                                          blocks[1].srcdata[dgl.NID]))
+            # Sampled wholly in the partition: the input block carries its sources' local ids.
+            blocks_ok &= bool(torch.equal(lg.ndata[dgl.NID][blocks[0].srcdata[LOCAL_ID]],
+                                          input_nodes)) and LOCAL_ID not in blocks[1].srcdata
+    two_hop_requests = sum(sent)
+    block_check = _check(g, _block_edges(blocks), FANOUT, edges, n)
+    # Complete halo seeds: the first layer is sampled in the partition's id space, the next
+    # frontier reaches 2-hop nodes the partition lacks edges of, so the batch switches path.
+    halo_seeds = index.halo_ids[:100]
+    fused_layers = []
+    fused_block = sampler._fused_block
+    sampler._fused_block = lambda *a: fused_layers.append(1) or fused_block(*a)
+    input_nodes, out, switched = sampler.sample_blocks(g, halo_seeds)
+    sampler._fused_block = fused_block
+    blocks_ok &= bool(torch.equal(out, halo_seeds)
+                      and torch.equal(switched[-1].dstdata[dgl.NID], halo_seeds)
+                      and torch.equal(switched[0].dstdata[dgl.NID], switched[1].srcdata[dgl.NID])
+                      and torch.equal(switched[0].srcdata[dgl.NID], input_nodes)
+                      and all(LOCAL_ID not in b.srcdata for b in switched))
+    switch_check = _check(g, _block_edges(switched), FANOUT, edges, n)
+    in_partition, _ = index.split(pb, switched[-1].srcdata[dgl.NID])
+    switch = {"fused_layers": len(fused_layers), "frontier_outside": int((~in_partition).sum())}
+
+    # Nodes the partition stores without all in-edges (2-hop halo): one request per owner.
+    halo = lg.ndata[dgl.NID][lg.ndata["inner_node"] == 0]
+    incomplete = halo[~torch.isin(halo, index.halo_ids)][:50]
+    inner_src, _ = lg.in_edges(torch.nonzero(lg.ndata["inner_node"]).squeeze(1))
+    one_hop = lg.ndata[dgl.NID][inner_src[lg.ndata["inner_node"][inner_src] == 0]]
+    one_hop_incomplete = int((~torch.isin(one_hop, index.halo_ids)).sum())
+    mixed = torch.cat([seeds[:50], index.halo_ids[:50], incomplete])
+    with _counted_requests() as incomplete_requests:
+        fr = local_frontier(g, index, mixed, FANOUT)
+    mixed_check = _check(g, [(mixed, *fr.edges(), fr.edata[dgl.EID])], FANOUT, edges, n)
     stats = {"local": counter.local_nodes, "remote": counter.remote_nodes,
              "requests": counter.requests}
     (run_dir / f"check{rank}.json").write_text(json.dumps({
@@ -172,7 +186,7 @@ def main(run_dir: Path) -> None:
         "incomplete_requests": incomplete_requests,
         "blocks_ok": blocks_ok, "block_check": block_check, "mixed_check": mixed_check,
         "switch_check": switch_check, "switch": switch,
-        "reach": reach, "counter": stats}))
+        "reach": _reach(g, index, owned, src, dst), "counter": stats}))
     dist.barrier()
     dgl.distributed.exit_client()
 
