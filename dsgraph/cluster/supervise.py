@@ -10,8 +10,9 @@ Rank 0's output is echoed to the console without its traceback blocks and DGL's 
 from its log (:mod:`.logs`); memory, and why a SIGKILL likely means OOM: :mod:`.memwatch`.
 
 However the launcher itself ends, its processes end with it: each gets the parent-death signal
-(:mod:`.lifeline`), and a reaper process (:mod:`.reaper`) kills what is left and removes the
-job's segments when the launcher dies without cleaning up.
+(:mod:`.lifeline`; one forked by a preload server, :mod:`.preload`, is killed by that server
+when the launcher's connection closes), and a reaper process (:mod:`.reaper`) kills what is left
+and removes the job's segments when the launcher dies without cleaning up.
 """
 from __future__ import annotations
 
