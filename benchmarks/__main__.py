@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.datasets is not None:
         kwargs["datasets"] = [d for d in args.datasets.split(",") if d]
     os.environ.setdefault("OMP_NUM_THREADS", "2")  # before torch is imported
-    # Fresh processes only: a forked one shares pages with its server, which skews memory.
-    os.environ.pop(preload.ENV_SOCKET, None)
+    # Fresh processes only: a forked one shares pages with its server, which skews memory
+    # (given back afterwards: a test may call this main in its own process).
+    preload_server = os.environ.pop(preload.ENV_SOCKET, None)
     quiet_env(os.environ)  # before DGL is imported: no backend notice on the console
     # SIGTERM unwinds like Ctrl-C, so emulated hosts (namespaces, their /dev/shm folders) and
     # temporary partitions are removed by their context managers instead of left behind.
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
             _run_one(name, args, kwargs)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if preload_server is not None:
+            os.environ[preload.ENV_SOCKET] = preload_server
 
 
 def _run_one(name: str, args: argparse.Namespace, kwargs: dict) -> None:

@@ -17,12 +17,14 @@ from dsgraph.cluster import preload
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture()
-def server() -> str:
-    path = os.environ.get(preload.ENV_SOCKET)
-    if not path:
-        pytest.skip("the suite runs without the preload server (DSGRAPH_TEST_PRELOAD=0)")
-    return path
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A preload server of these tests' own (the suite's may be off: DSGRAPH_TEST_PRELOAD=0)."""
+    path = tmp_path_factory.mktemp("preload") / "fork.sock"
+    proc = preload.start(path)
+    yield str(path)
+    proc.stdin.close()
+    proc.wait(30)
 
 
 def _spawn(server: str, log: Path, mode: str, cwd: Path) -> preload.PreloadedProcess:

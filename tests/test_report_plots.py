@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import sys
 from collections import Counter
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import harness
+from dsgraph.cluster import preload
 from dsgraph.errors import UserError
 
 REPORTS = Path(harness.__file__).resolve().parent / "reports"
@@ -177,9 +179,12 @@ def test_datasets_option_is_refused_where_it_means_nothing(tmp_path, monkeypatch
     from benchmarks.__main__ import main
 
     monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    # benchmarks start fresh processes, but leave a test process's preload server named after
+    monkeypatch.setenv(preload.ENV_SOCKET, "/nowhere/fork.sock")
     with pytest.raises(SystemExit) as exc:
         main(["sar", "--datasets", "darcy"])
     assert exc.value.code != 0
+    assert os.environ[preload.ENV_SOCKET] == "/nowhere/fork.sock"
     assert "--datasets: benchmark 'sar' has no datasets to choose" in capsys.readouterr().err
     with pytest.raises(UserError, match="--datasets wing: expected some of darcy, airfoil"):
         dsmpnn.run(quick=True, datasets=["wing"])
