@@ -79,8 +79,8 @@ class PreloadedProcess:
             except OSError:
                 msg = b""
             # No message: the server is gone, and its children were killed with it.
-            status = int(msg.split()[1]) if msg else -signal.SIGKILL
-            self.returncode = os.waitstatus_to_exitcode(status) if msg else status
+            self.returncode = (os.waitstatus_to_exitcode(int(msg.split()[1])) if msg
+                               else -signal.SIGKILL)
             self._sock.close()
         return self.returncode
 
