@@ -1,10 +1,12 @@
-"""A job's memory plan before launch: each process's peak RSS (VmHWM), item by item, from
-the config and the partition files' sizes, counts and tensor headers (no feature is loaded).
+"""What a job's memory plan is made of, whatever its mode: each process's peak RSS (VmHWM),
+item by item, the partition sizes a mode's model reads (counts, file sizes and tensor headers:
+no feature is loaded), and the check and table of ``python -m train --plan``.
 
+Each mode owns its memory model (:meth:`dsgraph.trainer.Strategy.plan_memory`: the sampled
+runtime's in :mod:`dsgraph.modes.sampled.memory`, SAR's in :mod:`dsgraph.modes.sar.memory`).
 Items named ``... (shared)`` are a machine's shared memory (DistGraph servers' partition and
 evaluation outputs; the pages a trainer touches count in its RSS too): :meth:`MemoryPlan.
-machine_mb` counts each once per machine. Modes ``sampled`` and ``sar`` are planned, ``dsmpnn``
-is not. The constants were calibrated on measured peaks of real jobs (docs/memory.md).
+machine_mb` counts each once per machine.
 """
 from __future__ import annotations
 
@@ -15,34 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from dsgraph.distgraph.budget import cache_row_bytes, feature_budget_bytes
 from dsgraph.errors import ConfigError, DataError, UserError
 from dsgraph.partition.ndarray_file import read_headers
 
 MB = float(1 << 20)
-# Calibrated constants (MiB or multiples of file bytes), measured on real jobs.
-SERVER_RUNTIME_MB = 498.0  # torch + DGL + RPC server, before the partition is loaded
-TRAINER_RUNTIME_MB = 570.0  # torch + DGL + gloo + DDP + model, before any batch
-SAR_RUNTIME_MB = 548.0  # a SAR worker: torch + DGL + gloo, before its partition
-SERVER_GRAPH_X = 3.2  # server: graph.dgl bytes -> loaded structure, csc + coo, shared copy
-SERVER_FEAT_X = 1.0  # server: node_feat.dgl bytes -> shared-memory tensors
-TRAINER_GRAPH_X = 1.0  # trainer: touched pages of the shared partition graph per graph.dgl byte
-TRAINER_FEAT_X = 1.0  # trainer: touched share of its partition's shared feature rows
-SAR_GRAPH_X = 3.3  # SAR worker: edges, shards and their sparse formats per graph.dgl byte
-BATCH_ACT_X = 1.0  # mini-batch: tensors per (rows x width) of a layer, forward + backward
-BATCH_EDGE_BYTES = 40  # mini-batch: one sampled edge in a block (ids, formats)
-SAR_ACT_X = 1.5  # full batch: tensors per (local rows x width) of a layer
-SAR_POOL_X = 0.45  # compressed full batch: extra float32 copies of the largest layer
-EVAL_X = 2.0  # layer-wise evaluation: one batch's inputs, outputs and block, per row width
-LOOKUP_BYTES = 8  # the cache's per-node int64 lookup (one per node of the graph)
-
-TRAINER_PHASES = {"mini-batch": "training", "evaluation (shared)": "evaluation",
-                  "evaluation": "evaluation"}
-# The setting that shrinks each item (check_plan names it; any other: partition.num_parts).
-SHRINK = {"runtime": "cluster.trainers_per_machine", "feature cache": "sampled.feature_memory_mb",
-          "mini-batch": "sampled.batch_size (or compression.enabled: true)",
-          "activations": "compression.enabled: true", "evaluation": "sampled.eval_batch_size",
-          "compression buffers": "compression.enabled: false"}
 
 
 @dataclass
@@ -79,6 +57,8 @@ class MemoryPlan:
 
     processes: list[ProcessPlan]
     notes: list[str] = field(default_factory=list)
+    # item -> the setting that shrinks it (check_plan names it; any other: partition.num_parts)
+    shrink: dict[str, str] = field(default_factory=dict)
 
     def machine_mb(self) -> dict[int, float]:
         """MiB per machine: every process's private items, each shared item once."""
@@ -118,7 +98,9 @@ def _tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], int]]:
 
 
 @dataclass
-class _Part:
+class PartSizes:
+    """What a mode's memory model reads of one partition, without loading it."""
+
     nodes: int  # owned
     halo: int
     graph_bytes: int  # graph.dgl
@@ -126,7 +108,7 @@ class _Part:
     row_bytes: int  # one row of `feat`
 
 
-def _read_parts(cfg: Any) -> tuple[dict, list[_Part]]:
+def read_parts(cfg: Any) -> tuple[dict, list[PartSizes]]:
     """The partition JSON (verified as training verifies it, sizes not hashed) and per part its
     counts and file sizes; one-line UserError / DataError when something is missing."""
     from dsgraph.partition.reader import partition_json  # imports DGL: only when planning
@@ -153,125 +135,23 @@ def _read_parts(cfg: Any) -> tuple[dict, list[_Part]]:
         # every node type's `feat` (one, `_N/feat`, in a homogeneous graph): the widest row
         rows = [int(math.prod(shape[1:])) * size if len(shape) > 1 else size
                 for key, (shape, size) in headers.items() if key.split("/")[-1] == "feat"]
-        parts.append(_Part(sum(m[k][1] - m[k][0] for m in nmaps), int(halos.get(k, 0)),
-                           files["part_graph"].stat().st_size,
-                           files["node_feats"].stat().st_size, max(rows, default=4)))
+        parts.append(PartSizes(sum(m[k][1] - m[k][0] for m in nmaps), int(halos.get(k, 0)),
+                               files["part_graph"].stat().st_size,
+                               files["node_feats"].stat().st_size, max(rows, default=4)))
     return meta, parts
 
 
-def _widths(cfg: Any, meta: dict, in_width: int, layers: int) -> list[int]:
+def layer_widths(cfg: Any, meta: dict, in_width: int, layers: int) -> list[int]:
     """Input width of each layer, then the output width."""
     hidden = int(cfg.model.args.get("hidden", 128))
     out = int(meta.get("num_classes") or meta.get("num_targets") or 1)
     return [in_width] + [hidden] * (layers - 1) + [out]
 
 
-def _act_ratio(cfg: Any) -> float:
+def act_ratio(cfg: Any) -> float:
     """Bytes of a saved activation per float32 byte (compression keeps ~bits/32 plus stats)."""
     c = cfg.compression
     return c.bits / 32 + 1 / c.block_size if c.enabled else 1.0
-
-
-def _sampled_nodes(batch: int, fanouts: list[int], n: int, degree: float) -> list[float]:
-    """Expected distinct nodes per block boundary, inputs first (the seeds last)."""
-    rows = [float(min(batch, n))]
-    for f in reversed(fanouts):
-        d, draws = rows[0], rows[0] * min(f, degree)
-        rows.insert(0, d + (n - d) * (1 - math.exp(-draws / max(n, 1))))
-    return rows
-
-
-def _minibatch_mb(cfg: Any, meta: dict, row_bytes: int) -> float:
-    s, n = cfg.sampled, int(meta["num_nodes"])
-    degree = int(meta["num_edges"]) / max(n, 1)
-    rows = _sampled_nodes(s.batch_size, list(s.fanouts), n, degree)
-    widths = _widths(cfg, meta, row_bytes // 4, len(s.fanouts))
-    inputs = rows[0] * row_bytes
-    layer = [rows[i + 1] * (widths[i] + widths[i + 1]) * 4 for i in range(len(s.fanouts))]
-    edges = sum(rows[i + 1] * min(f, degree) for i, f in enumerate(s.fanouts))
-    acts = BATCH_ACT_X * sum(layer) * _act_ratio(cfg)
-    if cfg.compression.enabled:  # backward decodes one layer's saved tensors at a time
-        acts += BATCH_ACT_X * max(layer)
-    return (inputs + acts + BATCH_EDGE_BYTES * edges) / MB
-
-
-def _cache_mb(cfg: Any, meta: dict, part: _Part) -> float:
-    """``feature_budget_bytes`` (ids included; at most every remote row) + an int64 per node."""
-    s, T = cfg.sampled, cfg.cluster.trainers_per_machine
-    budget = feature_budget_bytes(s.feature_memory_mb, part.nodes, part.row_bytes, T)
-    row = cache_row_bytes(part.row_bytes // 4, s.feature_cache_bits)
-    every = (int(meta["num_nodes"]) - part.nodes) * row
-    return 0.0 if budget < row else (min(budget, every) + LOOKUP_BYTES * meta["num_nodes"]) / MB
-
-
-def _plan_sampled(cfg: Any, meta: dict, parts: list[_Part]) -> MemoryPlan:
-    c, s = cfg.cluster, cfg.sampled
-    S, T = c.servers_per_machine, c.trainers_per_machine
-    widths = _widths(cfg, meta, 0, len(s.fanouts))[1:]  # each layer's output width
-    degree = int(meta["num_edges"]) / max(int(meta["num_nodes"]), 1)
-    procs, notes = [], []
-    batch = _minibatch_mb(cfg, meta, parts[0].row_bytes)
-    for m, part in enumerate(parts):
-        graph, feats = part.graph_bytes / MB, part.feat_bytes / MB
-        evald = part.nodes * sum(widths) * 4 / MB  # DistTensors of every layer, this part's rows
-        for j in range(S):
-            items = {"runtime": SERVER_RUNTIME_MB,
-                     "graph (shared)": graph * (SERVER_GRAPH_X if j == 0 else TRAINER_GRAPH_X)}
-            if j == 0:
-                items.update({"features (shared)": feats * SERVER_FEAT_X,
-                              "evaluation (shared)": evald})
-            procs.append(ProcessPlan(f"server{m * S + j}", "server", m, items))
-        own_rows = part.nodes * part.row_bytes / MB
-        eval_rows = min(min(s.eval_batch_size, part.nodes) * (1 + degree), meta["num_nodes"])
-        eval_mb = EVAL_X * eval_rows * max(part.row_bytes, 4 * max(widths)) / MB
-        for t in range(T):
-            procs.append(ProcessPlan(f"trainer{m * T + t}", "trainer", m, {
-                "runtime": TRAINER_RUNTIME_MB, "graph (shared)": graph * TRAINER_GRAPH_X,
-                "features (shared)": own_rows * TRAINER_FEAT_X,
-                "feature cache": _cache_mb(cfg, meta, part), "mini-batch": batch,
-                "evaluation (shared)": evald / T, "evaluation": eval_mb}, dict(TRAINER_PHASES)))
-    if S > 1:
-        notes.append("backup servers (servers_per_machine > 1) are planned as runtime plus the "
-                     "shared graph pages they touch")
-    if len(meta["ntypes"]) > 1:
-        notes.append("heterogeneous graph: every node type's rows (and cached rows) planned at "
-                     "the widest `feat` row; embeddings of featureless types are not planned")
-    if s.rematerialize or s.prefetch or c.samplers_per_trainer:
-        notes.append("sampled.rematerialize / prefetch / samplers_per_trainer are not planned: "
-                     "the mini-batch item assumes one batch in the trainer")
-    return MemoryPlan(procs, notes)
-
-
-def _plan_sar(cfg: Any, meta: dict, parts: list[_Part]) -> MemoryPlan:
-    layers = int(cfg.model.args.get("num_layers", 2))
-    procs = []
-    for m, part in enumerate(parts):
-        widths = _widths(cfg, meta, part.row_bytes // 4, layers)
-        layer = [part.nodes * (widths[i] + widths[i + 1]) * 4 for i in range(layers)]
-        acts = sum(layer)
-        remote = max(p.nodes for i, p in enumerate(parts) if i != m) if len(parts) > 1 else 0
-        remote_rows = min(part.halo or remote, remote) * part.row_bytes
-        procs.append(ProcessPlan(f"worker{m}", "worker", m, {
-            "runtime": SAR_RUNTIME_MB, "graph": part.graph_bytes * SAR_GRAPH_X / MB,
-            "features": part.feat_bytes / MB, "remote rows": remote_rows / MB,
-            "activations": (part.nodes * part.row_bytes + SAR_ACT_X * acts * _act_ratio(cfg))
-            / MB}))
-        if cfg.compression.enabled:  # float32 tensors alive beside the packed ones, unpack pool
-            procs[-1].items["compression buffers"] = SAR_ACT_X * (
-                acts * (1 - _act_ratio(cfg)) + SAR_POOL_X * max(layer)) / MB
-    return MemoryPlan(procs, [])
-
-
-def plan_job(cfg: Any) -> MemoryPlan:
-    """The memory plan of ``cfg``'s training job (a :class:`dsgraph.config.Config`)."""
-    mode = cfg.train.mode
-    if mode not in ("sampled", "sar"):  # dsmpnn
-        return MemoryPlan([], [f"train.mode {mode!r}: not planned"])
-    meta, parts = _read_parts(cfg)
-    plan = (_plan_sampled if mode == "sampled" else _plan_sar)(cfg, meta, parts)
-    if cfg.task_facts.trains_on != "nodes":
-        plan.notes.append(f"task {cfg.task_name!r}: planned as node classification")
-    return plan
 
 
 def host_available_mb() -> float:
@@ -301,13 +181,7 @@ def check_plan(cfg: Any, plan: MemoryPlan, available_mb: Optional[float] = None)
         raise ConfigError(f"{cfg.source}: machine {m} plans {_mb(total)} MiB, over the "
                           f"{_mb(limit)} MiB limit ({what}); largest item: {proc.name} "
                           f"{item!r} {_mb(proc.items[item])} MiB; shrink it with "
-                          f"{_shrink(cfg, item)}")
-
-
-def _shrink(cfg: Any, item: str) -> str:  # the setting that shrinks an item
-    if cfg.compression.enabled and item in ("mini-batch", "activations"):
-        return {"mini-batch": "sampled.batch_size"}.get(item, "partition.num_parts")
-    return SHRINK.get(item, "partition.num_parts")
+                          f"{plan.shrink.get(item, 'partition.num_parts')}")
 
 
 def _mb(x: float) -> str:  # MiB with thousands separators, one decimal below 100

@@ -24,6 +24,7 @@ from dsgraph.cluster.launch import run_workers
 from dsgraph.cluster.worker import init_process_group
 from dsgraph.config import Config
 from dsgraph.errors import UserError
+from dsgraph.memplan import MemoryPlan
 from dsgraph.metrics import MetricsLog, format_metric
 from dsgraph.models.registry import build_model
 from dsgraph.native import kernels_available
@@ -55,6 +56,11 @@ class Strategy(abc.ABC):
         """Launcher side, before any process starts: check what only this mode needs (files,
         model layers) or build it once (a dataset cache); :meth:`launch` gets the result."""
         return None
+
+    @staticmethod
+    def plan_memory(cfg: Config) -> MemoryPlan:
+        """Launcher side: each process's planned peak memory (this mode's memory model)."""
+        return MemoryPlan([], [f"train.mode {cfg.train.mode!r}: not planned"])
 
     @staticmethod
     def launch(cfg: Config, job_dir: Path, prepared: Any, worker: str, args: Sequence[str],

@@ -11,7 +11,9 @@ from dsgraph import config as config_mod
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import ConfigError, UserError
-from dsgraph.memplan import MemoryPlan, ProcessPlan, check_plan, format_plan, plan_job
+from dsgraph.memplan import MemoryPlan, ProcessPlan, check_plan, format_plan
+from dsgraph.modes import plan_job
+from dsgraph.modes.sampled.memory import shrink_settings
 from dsgraph.partition import partition_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +83,27 @@ def test_compression_shrinks_activations(parts):
     assert item(sar, "worker0", "compression buffers") > 0
 
 
+def test_batch_sources_say_how_many_seed_nodes_a_batch_holds(parts):
+    """Edge and link batches start sampling from both endpoints (and the negatives): their
+    mini-batch is planned from those seeds, not as a node batch of the same size."""
+    from dsgraph.modes.sampled.edges import EdgeBatches
+    from dsgraph.modes.sampled.links import LinkBatches
+    from dsgraph.modes.sampled.nodes import NodeBatches
+    b = "sampled.batch_size=64"
+    node = cfg_of(parts(128), b)
+    assert NodeBatches.seed_nodes(node) == 64
+    assert EdgeBatches.seed_nodes(cfg_of(parts(128), b, "task.name=edge_regression")) == 128
+    for sampler, seeds in (("uniform", 64 * 5), ("joint", 128 + 3), ("in_batch", 128)):
+        cfg = cfg_of(parts(128), b, "task.name=link_prediction", "task.negatives=3",
+                     f"task.negative_sampler={sampler}")
+        assert LinkBatches.seed_nodes(cfg) == seeds, sampler
+    edge = plan_job(cfg_of(parts(128), b, "task.name=edge_classification"))
+    link = plan_job(cfg_of(parts(128), b, "task.name=link_prediction", "task.negatives=3"))
+    mini = [item(p, "trainer0", "mini-batch") for p in (plan_job(node), edge, link)]
+    assert mini[0] < mini[1] < mini[2]
+    assert not any("planned as" in n for n in edge.notes + link.notes)
+
+
 def test_sar_one_worker_per_partition(parts):
     plan = plan_job(cfg_of(parts(16), mode="sar"))
     assert [(p.name, p.role, p.machine) for p in plan.processes] == [("worker0", "worker", 0),
@@ -99,13 +122,18 @@ def test_over_limit_names_largest_item_and_setting(parts):
     cfg = cfg_of(parts(128), "cluster.memory_limit_mb=1000")
     plan = MemoryPlan([ProcessPlan("server0", "server", 0, {"runtime": 500}),
                        ProcessPlan("trainer0", "trainer", 0, {"runtime": 500,
-                                                              "feature cache": 600})])
+                                                              "feature cache": 600})],
+                      shrink=shrink_settings(cfg))
     with pytest.raises(ConfigError, match=r"machine 0 plans 1,600 MiB, over the 1,000 MiB "
                                           r"limit.*trainer0 'feature cache' 600 MiB.*"
                                           r"sampled\.feature_memory_mb$"):
         check_plan(cfg, plan)
-    plan = MemoryPlan([ProcessPlan("trainer0", "trainer", 0, {"runtime": 10, "mini-batch": 90})])
+    plan = MemoryPlan([ProcessPlan("trainer0", "trainer", 0, {"runtime": 10, "mini-batch": 90})],
+                      shrink=shrink_settings(cfg))
     with pytest.raises(ConfigError, match=r"trainer0 'mini-batch'.*sampled\.batch_size"):
+        check_plan(cfg_of(parts(16)), plan, available_mb=50)
+    plan.shrink = {}  # an item no setting of the mode shrinks: more partitions
+    with pytest.raises(ConfigError, match=r"trainer0 'mini-batch'.*partition\.num_parts$"):
         check_plan(cfg_of(parts(16)), plan, available_mb=50)
     check_plan(cfg_of(parts(16)), plan, available_mb=1000)  # fits: no error
     check_plan(cfg_of(parts(16), "cluster.memory_limit_mb=200"), plan, available_mb=1)

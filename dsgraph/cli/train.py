@@ -21,10 +21,10 @@ from dsgraph.cluster.memwatch import forget_last_job, last_job
 from dsgraph.config import Config
 from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
-from dsgraph.memplan import MemoryPlan, check_plan, format_plan, plan_job
+from dsgraph.memplan import MemoryPlan, check_plan, format_plan
 from dsgraph.metrics import print_summary, read_summary, update_summary
 from dsgraph.models.registry import resolve as resolve_model
-from dsgraph.modes import strategy_class
+from dsgraph.modes import plan_job, strategy_class
 from dsgraph.runs import RunFolder, run_fingerprint
 
 WORKER = "dsgraph.modes.worker"

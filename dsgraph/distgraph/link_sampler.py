@@ -92,6 +92,12 @@ class EdgeBatch:
         return pos, decoder(hu.unsqueeze(1).expand_as(hn), hn)
 
 
+def negative_count(kind: str, negatives: int, edges: int) -> int:
+    """Negative destinations a batch of ``edges`` training edges draws (``task.negative_sampler``
+    ``kind``)."""
+    return 0 if kind == "in_batch" else negatives * (edges if kind == "uniform" else 1)
+
+
 def edge_batch(g, sampler: PairExcludingSampler, src: torch.Tensor, dst: torch.Tensor,
                negatives: int, generator: torch.Generator, kind: str = "uniform") -> EdgeBatch:
     """The batch of training edges ``src[i] -> dst[i]`` with its negatives
@@ -101,8 +107,8 @@ def edge_batch(g, sampler: PairExcludingSampler, src: torch.Tensor, dst: torch.T
     destinations (no node added). Draws come from ``generator``; the positives' pairs are
     excluded from the sampled neighbourhoods."""
     m = src.numel()
-    count = 0 if kind == "in_batch" else negatives * (m if kind == "uniform" else 1)
-    neg = torch.randint(0, g.num_nodes(), (count,), generator=generator)
+    neg = torch.randint(0, g.num_nodes(), (negative_count(kind, negatives, m),),
+                        generator=generator)
     seeds, rows = torch.unique(torch.cat([src, dst, neg]), return_inverse=True)
     pos = torch.stack([rows[:m], rows[m:2 * m]], 1)
     neg_dst = None if kind == "in_batch" else rows[2 * m:]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dsgraph.config.sections import mode_sections
 from dsgraph.errors import ConfigError
+from dsgraph.memplan import MemoryPlan
 from dsgraph.partition.meta import partitions_are_hetero
 from dsgraph.trainer import Strategy
 from dsgraph.modes.dsmpnn import DsmpnnStrategy
@@ -34,3 +35,8 @@ def strategy_class(cfg: "Config") -> type[Strategy]:
         raise ConfigError(f"{cfg.source}: train.mode: heterogeneous graphs train in "
                           f"{', '.join(map(repr, hetero))}, got {mode!r}")
     return MODES[mode]
+
+
+def plan_job(cfg: "Config") -> MemoryPlan:
+    """The memory plan of ``cfg``'s training job, by its mode's memory model."""
+    return strategy_class(cfg).plan_memory(cfg)

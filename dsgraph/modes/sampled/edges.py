@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from dsgraph import checkpoint, dist
+from dsgraph.config import Config
 from dsgraph.distgraph.evaluate import layerwise_outputs, sampled_outputs
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
@@ -41,6 +42,11 @@ class EdgeBatches(NodeBatches):
     (traffic figures, cache and sampling as :class:`NodeBatches`)."""
 
     rate_key = "edges_s"
+
+    @staticmethod
+    def seed_nodes(cfg: Config) -> int:
+        """Both endpoints of every labelled edge of the batch."""
+        return 2 * cfg.sampled.batch_size
 
     def setup(self, trainer: Any) -> nn.Module:
         """Split the labelled edges, bind the task to the edge labels, build model, edge head

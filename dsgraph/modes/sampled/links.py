@@ -27,7 +27,8 @@ from dsgraph import checkpoint
 from dsgraph.distgraph.evaluate import node_outputs, read_all
 from dsgraph.distgraph.features import feature_cache
 from dsgraph.distgraph.link_evaluate import EvalEdges, held_out_edges, link_metrics
-from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch
+from dsgraph.config import Config
+from dsgraph.distgraph.link_sampler import PairExcludingSampler, edge_batch, negative_count
 from dsgraph.distgraph.local_sampler import LocalIndex, SampleCounter, local_frontier
 from dsgraph.errors import DataError
 from dsgraph.tasks.link_prediction import embedding_width, make_decoder
@@ -42,6 +43,12 @@ class LinkBatches(BatchSource):
 
     rate_key = "edges_s"
     prepare = staticmethod(NodeBatches.prepare)
+
+    @staticmethod
+    def seed_nodes(cfg: Config) -> int:
+        """Both endpoints of every training edge and the batch's negative destinations."""
+        b, t = cfg.sampled.batch_size, cfg.task
+        return 2 * b + negative_count(t.negative_sampler, t.negatives, b)
 
     def setup(self, trainer: Any) -> nn.Module:
         """Split the training edges over trainers, read the held-out edges, build model,

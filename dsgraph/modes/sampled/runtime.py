@@ -26,11 +26,13 @@ from dsgraph.cluster.dgl_job import TrainerContext, run_dgl_job
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
 from dsgraph.distgraph.prefetch import Prefetcher
+from dsgraph.memplan import MemoryPlan, read_parts
 from dsgraph.partition.meta import is_hetero, partitions_are_hetero
 from dsgraph.tasks import task_class
 from dsgraph.trainer import Strategy, Trainer
 from dsgraph.modes.sampled.edges import EdgeBatches
 from dsgraph.modes.sampled.links import LinkBatches
+from dsgraph.modes.sampled.memory import plan_sampled
 from dsgraph.modes.sampled.nodes import NodeBatches
 from dsgraph.modes.sampled.source import BatchSource
 from dsgraph.modes.sampled.typed import TypedNodeBatches
@@ -78,6 +80,13 @@ class SampledStrategy(DistGraphStrategy):
     def prepare(cfg: Config) -> Path:
         """Launcher side: what the batch source checks before any process starts."""
         return source_class(cfg, partitions_are_hetero(cfg)).prepare(cfg)
+
+    @staticmethod
+    def plan_memory(cfg: Config) -> MemoryPlan:
+        """Servers and trainers per machine, a mini-batch from the batch source's seeds."""
+        meta, parts = read_parts(cfg)
+        return plan_sampled(cfg, meta, parts,
+                            source_class(cfg, is_hetero(meta)).seed_nodes(cfg))
 
     def setup(self, trainer: Trainer) -> nn.Module:
         """Open the DistGraph and let the batch source load this rank's share."""

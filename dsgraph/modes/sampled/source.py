@@ -110,6 +110,11 @@ class BatchSource(abc.ABC):
     def prepare(cfg: Config) -> Path:
         """Launcher side: check what only this source needs; return the partition JSON."""
 
+    @staticmethod
+    def seed_nodes(cfg: Config) -> int:
+        """The most seed nodes one mini-batch samples from (the memory plan's batch)."""
+        return cfg.sampled.batch_size
+
     @abc.abstractmethod
     def setup(self, trainer: Any) -> nn.Module:
         """Load this rank's share, build the feature cache and the model (returned; the

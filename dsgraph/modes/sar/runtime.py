@@ -22,12 +22,14 @@ from torch import nn
 from dsgraph import dist
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
+from dsgraph.memplan import MemoryPlan, read_parts
 from dsgraph.models.registry import probe_model
 from dsgraph.partition import partition_json
 from dsgraph.sar.model import check_model, prepare_model
 from dsgraph.sar.worker import setup_worker
 from dsgraph.trainer import Strategy, Trainer
 from dsgraph.modes.sar.links import LinkPairs
+from dsgraph.modes.sar.memory import plan_sar
 from dsgraph.modes.sar.nodes import NodeTargets
 from dsgraph.modes.sar.source import FullGraphSource
 
@@ -47,6 +49,11 @@ class SarStrategy(Strategy):
         path = partition_json(cfg)
         check_model(probe_model(cfg.model.name, cfg.model.args))
         return path
+
+    @staticmethod
+    def plan_memory(cfg: Config) -> MemoryPlan:
+        """One worker per partition: its partition, one ring round's rows, its activations."""
+        return plan_sar(cfg, *read_parts(cfg))
 
     def setup(self, trainer: Trainer) -> nn.Module:
         """Load this worker's partition, its shards and ring plan, and the source's data; build
