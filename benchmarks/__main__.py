@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="redraw NAME.md/.png from the saved NAME.json; measures nothing")
     parser.add_argument("--datasets", default=None,
                         help="comma-separated datasets to rerun (benchmarks with several, e.g. "
-                             "dsmpnn; scale: graph sizes); the others' records are carried "
-                             "from the saved report")
+                             "dsmpnn; scale: graph sizes; tasks: task names); the others' "
+                             "records are carried from the saved report")
     args = parser.parse_args(argv)
     names = BENCHMARKS if args.name == "all" else (args.name,)
     kwargs = {}

@@ -315,6 +315,35 @@ def load_payload(name: str, quick: bool = False) -> dict:
     return payload
 
 
+def carry(report: "Report", quick: bool, field: str, keep: Iterable[str],
+          extras: Sequence[str] = ()) -> None:
+    """Copy the saved report's records whose ``field`` is one of ``keep`` (a rerun of some
+    sizes, datasets or tasks keeps the others), and each kept value's entry of the payload's
+    ``extras`` dicts, noting in ``carried`` the run each came from. A value the saved report
+    has no records of is left out (``carried`` does not name it)."""
+    keep = list(keep)
+    path = reports_dir(quick) / f"{report.name}.json"
+    if not keep:
+        return
+    if not path.exists():
+        print(f"note: {path} absent; {', '.join(keep)} left out", flush=True)
+        return
+    saved = load_payload(report.name, quick)
+    carried = saved.get("carried", {})
+    for value in keep:
+        recs = [r for r in saved["records"] if r.get(field) == value]
+        if not recs:
+            continue
+        report.records.extend(recs)
+        report.extra.setdefault("carried", {})[value] = carried.get(
+            value, saved.get("env", {}).get("date"))
+        for extra in extras:
+            if value in saved.get(extra, {}):
+                report.extra.setdefault(extra, {})[value] = saved[extra][value]
+    for dep, why in saved.get("skipped", {}).items():
+        report.extra.setdefault("skipped", {}).setdefault(dep, why)
+
+
 def render_saved(view: View, quick: bool = False) -> Path:
     """Redraw NAME.md and NAME.png from the saved NAME.json (nothing is measured)."""
     payload = load_payload(view.name, quick)

@@ -273,3 +273,40 @@ def test_a_row_is_the_median_of_its_runs_with_the_spread_asked_for():
     assert row == {"setting": "s", "samples_per_s": 20.0, "mrr": 0.30000000000000004,
                    "acc": 0.6, "samples_per_s_min": 10.0, "samples_per_s_max": 30.0,
                    "mrr_min": 0.2, "mrr_max": 0.4}
+
+
+def test_tasks_rows_name_their_task_and_the_committed_report_has_each(monkeypatch):
+    """``--datasets`` of the tasks benchmark picks rows by the task they train (overrides
+    included: the edge regression rows run the edge classification config), and the committed
+    report holds a record of every row, carried ones included, in table order."""
+    from benchmarks.tasks.runner import _task_of
+    from benchmarks.tasks.settings import settings
+    rows = settings()
+    task = {s.name: _task_of(s) for s in rows}
+    assert task["edge regression SAGE"] == "edge_regression"
+    assert task["edge classification MLP (features only)"] == "edge_classification"
+    assert set(task.values()) == {"link_prediction", "node_regression", "multilabel",
+                                  "edge_classification", "edge_regression"}
+    saved = _committed("tasks", monkeypatch)
+    assert [r["setting"] for r in saved["records"]] == [s.name for s in rows]
+    assert all(r["task"] == task[r["setting"]] for r in saved["records"])
+    assert set(saved.get("carried", {})) <= set(task.values())
+
+
+def test_carry_keeps_the_saved_values_it_is_asked_for(tmp_path, monkeypatch):
+    """:func:`harness.carry`: the kept values' records and extras, the run each came from; a
+    value without records is left out; no saved report, nothing carried."""
+    monkeypatch.setenv("DSGRAPH_REPORTS_DIR", str(tmp_path))
+    view = harness.View("toy", "toy", ("size", "x"), ("size",))
+    report = harness.Report(view, quick=False)
+    harness.carry(report, False, "size", ["a"])
+    assert report.records == [] and "carried" not in report.extra
+    saved = {"name": "toy", "env": {"date": "2026-01-02T03:04:05"}, "carried": {"b": "old"},
+             "records": [{"size": "a", "x": 1}, {"size": "b", "x": 2}, {"size": "c", "x": 3}],
+             "capacity": {"a": 7}, "skipped": {"veth": "no namespaces"}}
+    (tmp_path / "toy.json").write_text(json.dumps(saved))
+    harness.carry(report, False, "size", ["a", "b", "d"], extras=("capacity",))
+    assert report.records == saved["records"][:2]
+    assert report.extra["carried"] == {"a": "2026-01-02T03:04:05", "b": "old"}
+    assert report.extra["capacity"] == {"a": 7}
+    assert report.extra["skipped"] == {"veth": "no namespaces"}

@@ -13,7 +13,7 @@ from benchmarks.dsmpnn.report import VIEW
 from benchmarks.dsmpnn.runner import (local_run, measure_capacity, parallel_runs, run_cmds,
                                       timed_run, train_cmd, with_epochs)
 from benchmarks.dsmpnn.settings import CACHE, FULL, QUICK
-from benchmarks.harness import Report, chosen, load_payload, reports_dir
+from benchmarks.harness import Report, carry, chosen, reports_dir
 from dsgraph.config import load
 from dsgraph.errors import UserError
 
@@ -75,22 +75,13 @@ def _parity(report: Report, ds: str, spec: dict, out: Path) -> None:
 
 
 def _carry(report: Report, quick: bool, keep: list[str]) -> None:
-    """Copy the records (and capacity check) of datasets ``keep`` from the saved report, and
-    note in ``carried`` the run each came from, so a rerun of one dataset keeps the others."""
-    saved = load_payload(VIEW.name, quick)
-    carried = saved.get("carried", {})
+    """Copy the records (capacity check, parity, settings) of datasets ``keep`` from the saved
+    report (:func:`benchmarks.harness.carry`); every one of them must be there."""
+    carry(report, quick, "dataset", keep, extras=("capacity", "parity", "settings"))
     for ds in keep:
-        recs = [r for r in saved["records"] if r["dataset"] == ds]
-        if not recs:
+        if ds not in report.extra.get("carried", {}):
             raise UserError(f"{reports_dir(quick) / VIEW.name}.json: no {ds} records to carry; "
                             f"rerun {ds} too")
-        report.records.extend(recs)
-        report.extra.setdefault("carried", {})[ds] = carried.get(ds, saved["env"]["date"])
-        for extra in ("capacity", "parity"):
-            if ds in saved.get(extra, {}):
-                report.extra.setdefault(extra, {})[ds] = saved[extra][ds]
-        if ds in saved.get("settings", {}):
-            report.extra["settings"][ds] = saved["settings"][ds]
 
 
 def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:

@@ -4,7 +4,6 @@ medians, one record per row, and the records of sizes not rerun carried from the
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Optional
 import dgl
 
 from benchmarks import jobs
-from benchmarks.harness import Report, chosen, median, reports_dir
+from benchmarks.harness import Report, carry, chosen, median
 from benchmarks.scale import settings as st
 from benchmarks.scale.report import VIEW, compare
 from dsgraph import config as config_mod
@@ -124,24 +123,6 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
     return compare(rows)
 
 
-def _carry(report: Report, quick: bool, keep: list[str]) -> None:
-    """Copy the records of sizes ``keep`` from the saved report (if any), noting in
-    ``carried`` the run each came from, so a rerun of one size keeps the others."""
-    path = reports_dir(quick) / f"{VIEW.name}.json"
-    if not path.exists():
-        print(f"note: {path} absent; sizes {', '.join(keep)} left out", flush=True)
-        return
-    saved = json.loads(path.read_text())
-    carried = saved.get("carried", {})
-    for size in keep:
-        recs = [r for r in saved.get("records", []) if r.get("size") == size]
-        if recs:
-            report.records.extend(recs)
-            report.extra.setdefault("carried", {})[size] = carried.get(size, saved["env"]["date"])
-    for dep, why in saved.get("skipped", {}).items():
-        report.extra.setdefault("skipped", {}).setdefault(dep, why)
-
-
 def _hosts(stack: contextlib.ExitStack, sizes: dict[str, st.Size]
            ) -> tuple[dict[st.Deployment, Hosts], dict[str, str]]:
     """The emulated hosts of every deployment the sizes use, and why any cannot be made."""
@@ -166,7 +147,7 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
     report.extra["settings"] = {"feat_dim": st.FEAT_DIM, "avg_degree": st.AVG_DEGREE,
                                 "epochs": epochs, "throttle": st.THROTTLE,
                                 "headroom": st.EQUAL_MEMORY_HEADROOM}
-    _carry(report, quick, [s for s in every if s not in sizes])
+    carry(report, quick, "size", [s for s in every if s not in sizes])
     t_start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         hosts, skipped = _hosts(stack, sizes)

@@ -8,13 +8,16 @@ from typing import Any, Optional
 
 from benchmarks.harness import View, bars, render_saved
 
-SCORES = ("test_rmse", "test_rocauc")  # the node tasks' headline test figures
+# the node and edge tasks' headline test figures
+SCORES = ("test_rmse", "test_mae", "test_r2", "test_rocauc", "test_acc", "test_macro_f1")
 COLUMNS = ("setting", "task", "system", "hosts", "parts", "trainers", "link", "runs",
            "edges_per_s", "edges_per_s_min", "edges_per_s_max", "ratio_vs_stock", "mrr",
-           "mrr_min", "mrr_max", "hits_at_k", "hits_k", *SCORES, "test_rocauc_min",
-           "test_rocauc_max", "job_memory_mb", "load1", "wall_s")
+           "mrr_min", "mrr_max", "hits_at_k", "hits_k", *SCORES,
+           *(f"{k}_{end}" for k in ("test_rmse", "test_rocauc", "test_acc") for end in ("min", "max")),
+           "job_memory_mb", "load1", "wall_s")
 KEY = ("setting",)
-TITLE = "Tasks: link prediction vs stock DistDGL, and what each task's options cost"
+TITLE = ("Tasks: link prediction vs stock DistDGL, what each task's options cost, and each "
+         "node and edge task against a features-only model")
 
 
 def _find(rows: list[dict], text: str) -> Optional[dict]:
@@ -59,8 +62,20 @@ def _notes(payload: dict) -> list[str]:
                          "INT2 activations, multilabel test ROC-AUC (target >= -0.005)"),
              _difference(rows, "test_rocauc", "multilabel SAGE", "multilabel MLP",
                          "multilabel: GNN vs feature-only model, test ROC-AUC"),
-             _difference(rows, "test_rmse", "regression SAGE", "regression MLP",
-                         "regression: GNN vs feature-only model, test RMSE (lower is better)")]
+             _difference(rows, "test_rmse", "node regression SAGE", "node regression MLP",
+                         "node regression: GNN vs feature-only model, test RMSE (lower is "
+                         "better)"),
+             _difference(rows, "test_acc", "edge classification SAGE",
+                         "edge classification MLP",
+                         "edge classification: GNN vs feature-only model, test accuracy"),
+             _difference(rows, "test_macro_f1", "edge classification SAGE",
+                         "edge classification MLP",
+                         "edge classification: GNN vs feature-only model, test macro F1"),
+             _difference(rows, "test_rmse", "edge regression SAGE", "edge regression MLP",
+                         "edge regression: GNN vs feature-only model, test RMSE (lower is "
+                         "better)"),
+             _difference(rows, "test_r2", "edge regression SAGE", "edge regression MLP",
+                         "edge regression: GNN vs feature-only model, test R²")]
     notes += [f"**{link}** rows skipped: {why}."
               for link, why in payload.get("skipped", {}).items()]
     return [n for n in notes if n]
@@ -79,17 +94,18 @@ def _plot(rows: list[dict], fig: Any) -> None:
     ax1.set_xlabel("training edges / s\n(median, range of repeats; grey: stock)")
     ax1.set_yticks(ys, [textwrap.fill(r["setting"], 34) for r in rows], fontsize=7)
     for key, colour in (("mrr", "tab:green"), ("test_rocauc", "tab:olive"),
-                        ("test_rmse", "tab:red")):
+                        ("test_acc", "tab:cyan"), ("test_rmse", "tab:red")):
         scored = [(y, r) for y, r in zip(ys, rows) if r.get(key) is not None]
         if scored:
             bars(ax2, [y for y, _ in scored], [r for _, r in scored], key, KEY, horizontal=True,
                  color=colour)
-    ax2.set_xlabel("test MRR (green), ROC-AUC (olive),\nRMSE (red, lower is better)")
+    ax2.set_xlabel("test MRR (green), ROC-AUC (olive), accuracy (cyan),\nRMSE (red, lower "
+                   "is better)")
     bars(ax3, ys, rows, "job_memory_mb", KEY, horizontal=True, color="tab:purple")
     ax3.set_xlabel("job memory, MiB\n(peak summed PSS)")
 
 
-VIEW = View("tasks", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(15.0, 6.5))
+VIEW = View("tasks", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(15.0, 8.0))
 
 
 def render(quick: bool = False) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks import jobs
-from benchmarks.harness import Report, median
+from benchmarks.harness import Report, carry, chosen, median
 from benchmarks.stock_link_inputs import TRAINER as STOCK_TRAINER
 from benchmarks.stock_link_inputs import build
 from benchmarks.tasks.report import SCORES, VIEW
@@ -34,7 +34,7 @@ def _partitions(rows: list[Setting], base: dict[str, list[str]], tmp: Path) -> d
         out = _folder(tmp, s)
         if out.exists():
             continue
-        sets = [*base[s.config], *(v for v in s.sets if v.startswith("partition.")),
+        sets = [*base[s.config], *(v for v in s.sets if v.startswith(("partition.", "task.name="))),
                 f"partition.num_parts={s.parts}", f"partition.out_dir={out}"]
         if s.system == "stock":
             stock[out] = build(config_mod.load(s.config, sets), out)
@@ -99,21 +99,27 @@ def _base(config: str, quick: bool, tmp: Path) -> list[str]:
 
 
 def _task_of(setting: Setting) -> str:
-    """The task a row's config trains."""
-    return config_mod.load(setting.config).task_name
+    """The task a row trains (its config's, or the one its overrides name)."""
+    return config_mod.load(setting.config,
+                           [v for v in setting.sets if v.startswith("task.name=")]).task_name
 
 
-def run(quick: bool) -> Path:
-    """Run every row (timed rows ``repeats`` times, round-robin as in ``sampled``; the others
-    once per training seed) and write the report."""
+def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
+    """Run the rows of the tasks ``datasets`` names (all by default; timed rows ``repeats``
+    times, round-robin as in ``sampled``; the others once per training seed) and write the
+    report; the other tasks' records are carried from the saved report."""
     repeats, seeds = (1, 1) if quick else (3, 2)
     report = Report(VIEW, quick, repeats=repeats)
-    rows = settings()
+    every = settings()
+    task = {s.name: _task_of(s) for s in every}
+    chosen_tasks = chosen({t: t for t in task.values()}, datasets)
+    rows = [s for s in every if task[s.name] in chosen_tasks]
     with tempfile.TemporaryDirectory(prefix="dsgraph-tasks-") as tmpd, \
             contextlib.ExitStack() as stack:
         tmp = Path(tmpd)
         base = {s.config: _base(s.config, quick, tmp) for s in rows}
-        hosts, skipped = jobs.emulated_links(stack, THROTTLE)
+        hosts, skipped = (jobs.emulated_links(stack, THROTTLE)
+                          if any(s.link != "local" for s in rows) else ({}, {}))
         rows = [s for s in rows if s.link == "local" or s.link in hosts]
         stock = _partitions(rows, base, tmp)
         # accuracy rows: one run per training seed; timed rows: repeats of seed 0
@@ -123,12 +129,15 @@ def run(quick: bool) -> Path:
                                             stock, 0 if s.timed else r, quick),
             _progress)
     for s in rows:
-        report.add(_row(s, runs[s.name], _task_of(s)))
+        report.add(_row(s, runs[s.name], task[s.name]))
+    carry(report, quick, "task", [t for t in dict.fromkeys(task.values()) if t not in chosen_tasks])
+    order = {s.name: i for i, s in enumerate(every)}  # carried rows back in table order
+    report.records.sort(key=lambda r: order.get(r["setting"], len(order)))
     for row in report.records:
         ref = _stock_row(report.records, row["link"])
         row["ratio_vs_stock"] = (row["edges_per_s"] / ref["edges_per_s"]
                                  if ref and row.get("edges_per_s") else None)
-    report.extra["skipped"] = skipped
+    report.extra.setdefault("skipped", {}).update(skipped)
     return report.save()
 
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 THROTTLE = "1gbit"
 LINK_CONFIG = "configs/link_prediction.yaml"
+EDGE_CONFIG = "configs/edge_classification.yaml"
+EDGE_REGRESSION = "task.name=edge_regression"  # the same graph with a number planted per edge
 CONVERGED = 10  # link prediction's accuracy rows: the shipped config's epochs
 # every frontier of a batch's own-partition endpoints sampled in the trainer (2-hop halo)
 LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2")
@@ -21,7 +23,7 @@ class Setting:
     parts: int = 2
     trainers: int = 2  # in all
     link: str = "local"  # "local", "veth" or "veth_throttled"
-    sets: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()  # `partition.` and `task.name` ones also when partitioning
     partition: str = "p2"  # which partitioning of the config's graph (a folder per config)
     timed: bool = False  # a throughput comparison: run alone, repeated, against its stock row
     epochs: int = 0  # full runs: train this long (0: the benchmark's default for the task)
@@ -29,7 +31,8 @@ class Setting:
 
 def settings() -> list[Setting]:
     """Every row in table order: link prediction against stock over each emulated link, then
-    what link prediction's options cost, then the node tasks against their feature-only model."""
+    what link prediction's options cost, then the node and edge tasks against their
+    feature-only model."""
     rows = []
     for link in ("veth", "veth_throttled"):
         rows += [
@@ -53,13 +56,21 @@ def settings() -> list[Setting]:
                 epochs=100),  # one step per epoch
         Setting("LP dsgraph 2 parts, MLP (features only)", LINK_CONFIG, sets=("model.name=mlp",),
                 epochs=CONVERGED),
-        Setting("regression SAGE", "configs/regression.yaml"),
-        Setting("regression MLP (features only)", "configs/regression.yaml",
+        Setting("node regression SAGE", "configs/regression.yaml"),
+        Setting("node regression MLP (features only)", "configs/regression.yaml",
                 sets=("model.name=mlp",)),
         Setting("multilabel SAGE", "configs/multilabel.yaml"),
         Setting("multilabel SAGE, INT2 activations", "configs/multilabel.yaml",
                 sets=("compression.enabled=true",)),
         Setting("multilabel MLP (features only)", "configs/multilabel.yaml",
                 sets=("model.name=mlp",)),
+        Setting("edge classification SAGE", EDGE_CONFIG),
+        Setting("edge classification MLP (features only)", EDGE_CONFIG,
+                sets=("model.name=mlp",)),
+        # task.name is a partitioning setting too: it plants the edge targets
+        Setting("edge regression SAGE", EDGE_CONFIG, sets=(EDGE_REGRESSION,),
+                partition="p2reg"),
+        Setting("edge regression MLP (features only)", EDGE_CONFIG,
+                sets=(EDGE_REGRESSION, "model.name=mlp"), partition="p2reg"),
     ]
     return rows
