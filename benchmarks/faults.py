@@ -25,13 +25,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import psutil
 
 from benchmarks import storage
 from benchmarks.jobwatch import Watch, alive, job_shm, listening_now, temp_files
-from dsgraph.cluster.preload import fresh_env
+from dsgraph.cluster.preload import PreloadedProcess, fresh_env, start_command
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -88,6 +88,8 @@ class Case:
         return self.fault.split(":", 1)[1] if ":" in self.fault else "launcher"
 
 
+# A started launcher: fresh, or forked by the test suite's preload server.
+Launched = Union[subprocess.Popen, PreloadedProcess]
 # The --set that makes a job use FAULT_MODEL; a case adds model.args.raise_rank / ballast_mb.
 FAULTY = "model.name=faulty_model:Faulty"
 # The --set that makes a hung process the job's fault after a few seconds, not a minute.
@@ -125,7 +127,9 @@ def prepare(root: Path) -> Workspace:
     ws = Workspace(Path(root))
     (ws.root / "models").mkdir(parents=True, exist_ok=True)
     (ws.root / "models" / "faulty_model.py").write_text(FAULT_MODEL)
-    # Fresh job processes (no preload server): the cases watch the launcher's own process tree.
+    # Fresh job processes (no preload server named to the launcher): the cases watch the
+    # launcher's own process tree. Under test the launcher itself may be forked by the suite's
+    # preload server (start_command); its job processes are still its own fresh children.
     ws.env = dict(fresh_env(), OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [str(ROOT), str(ws.root / "models")] + ([os.environ["PYTHONPATH"]]
                                                 if os.environ.get("PYTHONPATH") else [])))
@@ -172,7 +176,7 @@ def _find(launcher: int, target: str) -> Optional[psutil.Process]:
 
 
 def _launch(ws: Workspace, case: Case, run: Path, extra: tuple[str, ...] = (),
-            resume: bool = False) -> tuple[subprocess.Popen, Path]:
+            resume: bool = False) -> tuple[Launched, Path]:
     args = [PY, "-m", "train", "--config", str(config_of(case.mode)), "--out", str(run)]
     for s in [*ws.sets(case.mode), "train.epochs=2000", *case.sets, *extra]:
         args += ["--set", s]
@@ -181,19 +185,11 @@ def _launch(ws: Workspace, case: Case, run: Path, extra: tuple[str, ...] = (),
     run.parent.mkdir(parents=True, exist_ok=True)
     err = run.parent / f"{run.name}.{'resume.' if resume else ''}stderr"
     with err.open("w") as fh:
-        proc = subprocess.Popen(args, cwd=ROOT, env=ws.env, stdout=subprocess.DEVNULL, stderr=fh,
-                                stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
+        proc = start_command(args, ws.env, str(ROOT), stderr=fh)
     return proc, err
 
 
-def default_sigint() -> None:
-    """In a launched job: Ctrl-C acts as in a terminal. A command started in the background by a
-    shell without job control inherits SIGINT ignored, and Python then keeps it ignored, so a
-    suite run that way would otherwise see the launcher shrug off the fault under test."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _wait_until(cond, timeout_s: float, proc: subprocess.Popen, poll_s: float = 0.1) -> bool:
+def _wait_until(cond, timeout_s: float, proc: Launched, poll_s: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cond():
@@ -285,7 +281,7 @@ def _hold_port(ws: Workspace) -> tuple[socket.socket, tuple[str, ...]]:
     return holder, (f"cluster.ip_config={ip_config}",)
 
 
-def _inject(ws: Workspace, case: Case, run: Path, proc: subprocess.Popen, err_path: Path,
+def _inject(ws: Workspace, case: Case, run: Path, proc: Launched, err_path: Path,
             watch: Watch, record: dict[str, Any], mounted: Optional[list[Path]]
             ) -> tuple[float, Optional[psutil.Process]]:
     """Wait for the moment the case's fault needs, then inject it; when it was injected, and
@@ -348,7 +344,7 @@ def _resume(ws: Workspace, case: Case, run: Path) -> dict[str, Any]:
     return out
 
 
-def _left_behind(watch: Watch, proc: subprocess.Popen, run: Path) -> dict[str, Any]:
+def _left_behind(watch: Watch, proc: Launched, run: Path) -> dict[str, Any]:
     """What the job opened, and what of it outlived the job (processes, ports, shm, temps)."""
     ports = {port for _, port in watch.listening}
     out = dict(listening=sorted(f"{ip}:{port}" for ip, port in watch.listening),

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
+from dsgraph.cluster import preload
 from dsgraph.errors import UserError
 from dsgraph.fsutil import atomic_write_bytes, atomic_write_text
 
@@ -74,18 +74,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_cli(module: str, args: Sequence[str], env: Optional[Mapping[str, str]] = None,
             timeout: float = 240) -> subprocess.CompletedProcess:
     """``python -m module *args`` from the repository root, in a session of its own that is
-    killed whole if it overruns (no process of its job outlives the caller)."""
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
-                            env=None if env is None else dict(env), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    killed whole if it overruns (no process of its job outlives the caller): fresh in a
+    benchmark, forked by the test suite's preload server under test
+    (:func:`dsgraph.cluster.preload.run_command`)."""
+    return preload.run_command([sys.executable, "-m", module, *args],
+                               None if env is None else dict(env), str(ROOT), timeout)
 
 
 def median(values: Iterable[float]) -> float:

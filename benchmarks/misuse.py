@@ -24,14 +24,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from benchmarks.faults import ROOT, Workspace, config_of, default_sigint
+from benchmarks.faults import ROOT, Launched, Workspace, config_of
 from benchmarks.harness import run_cli
 from benchmarks.storage import Skip, fill, tmpfs
 from dsgraph import checkpoint
+from dsgraph.cluster.preload import start_command
 
 SETS = ("train.lr_schedule=constant",)  # resumed and uninterrupted runs use the same rates
 
@@ -104,23 +105,25 @@ def finished_copy(ws: Workspace, tmp: Path) -> Path:
 
 
 @contextlib.contextmanager
-def live_job(ws: Workspace, run: Path) -> Iterator[subprocess.Popen]:
-    """A job that trains until stopped, once it has written its first epoch; Ctrl-C at the end."""
-    proc = subprocess.Popen([sys.executable, "-m", "train", "--config", str(config_of("sar")),
-                             "--out", str(run), *_sets(ws, "train.epochs=100000")], cwd=ROOT,
-                            env=ws.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=default_sigint)  # Ctrl-C must reach it at the end
+def live_job(ws: Workspace, run: Path, stderr: Optional[Path] = None) -> Iterator[Launched]:
+    """A job that trains until stopped, once it has written its first epoch; Ctrl-C at the end.
+    Its console goes to ``stderr`` (default: ``<run>.stderr`` beside the run folder)."""
+    stderr = stderr or run.parent / f"{run.name}.stderr"
+    run.parent.mkdir(parents=True, exist_ok=True)
+    with stderr.open("w") as fh:
+        proc = start_command([sys.executable, "-m", "train", "--config", str(config_of("sar")),
+                              "--out", str(run), *_sets(ws, "train.epochs=100000")], ws.env,
+                             str(ROOT), stderr=fh)
     try:
         deadline = time.monotonic() + 90
         while not ((run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").stat().st_size):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the live job did not start: {proc.stderr.read()[-2000:]}")
+                raise RuntimeError(f"the live job did not start: {stderr.read_text()[-2000:]}")
             time.sleep(0.2)
         yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: its own session, as in a terminal
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -219,11 +222,11 @@ def _train_disk_too_small(ws: Workspace, tmp: Path) -> dict[str, Any]:
 
 def _disk_fills_mid_run(ws: Workspace, tmp: Path) -> dict[str, Any]:
     with tmpfs(tmp / "disk", "16m") as disk:
-        run = disk / "run"
-        with live_job(ws, run) as live:
+        run, console = disk / "run", tmp / "live.stderr"  # the console off the full disk
+        with live_job(ws, run, console) as live:
             filler = fill(disk)
-            _, err = live.communicate(timeout=90)
-        res = outcome(subprocess.CompletedProcess([], live.returncode, "", err))
+            live.wait(90)
+        res = outcome(subprocess.CompletedProcess([], live.returncode, "", console.read_text()))
         kept_epoch = checkpoint.read(run / "checkpoint.pt")["epoch"]  # intact: checksum holds
         temps = [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
         filler.unlink()

@@ -1,6 +1,8 @@
-"""Every job process of the suite is forked from one process per test process that imported
-torch and DGL already (:mod:`dsgraph.cluster.preload`): most of a tiny job's CPU is those imports.
-``DSGRAPH_TEST_PRELOAD=0`` starts each job process fresh, as benchmarks and users' jobs do."""
+"""Every job process of the suite, and every command a test runs as a user would (through
+:func:`dsgraph.cluster.preload.run_command` / ``start_command``), is forked from one process per
+test process that imported torch and DGL already (:mod:`dsgraph.cluster.preload`): most of a
+tiny job's CPU is those imports. ``DSGRAPH_TEST_PRELOAD=0`` starts each fresh, as benchmarks
+and users' jobs do."""
 from __future__ import annotations
 
 import os

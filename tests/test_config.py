@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsgraph import config as cfgmod
+from dsgraph.cluster import preload
 from dsgraph.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,9 +182,9 @@ def test_missing_file(tmp_path):
 # --- CLI: exit code 2, one line on stderr, no traceback -----------------------------------------
 
 def run_partition_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "partition", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", "partition", *args],
+                               {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               str(cwd), timeout=120)
 
 
 @pytest.mark.timeout(240)

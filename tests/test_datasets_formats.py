@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+from dsgraph.cluster import preload
 from dsgraph.config import DatasetConfig
 from dsgraph.data import load_graph
 from dsgraph.data.csv_dataset import load_csv_dataset
@@ -628,9 +629,9 @@ def test_random_split_fractions_are_exact_and_disjoint():
 # --- CLI end to end: partition + SAR training on an OGB and a CSV folder ------------------------
 
 def _cli(module: str, cfg: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, "--config", str(cfg)], cwd=cwd,
-                          capture_output=True, text=True, timeout=200,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", module, "--config", str(cfg)],
+                               {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               str(cwd), timeout=200)
 
 
 @pytest.mark.slow

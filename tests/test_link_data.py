@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
+from dsgraph.cluster import preload
 from dsgraph.config import DatasetConfig
 from dsgraph.data import load_graph
 from dsgraph.data.link_split import apply_given_split, check_no_leak, given_split, pair_keys
@@ -288,9 +289,9 @@ def test_ogbl_refusals_are_one_line(tmp_path):
 
 
 def _cli(cfg: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "partition", "--config", str(cfg), *extra],
-                          cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", "partition", "--config", str(cfg), *extra],
+                               {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               str(cwd), timeout=120)
 
 
 @pytest.mark.timeout(200)

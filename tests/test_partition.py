@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from dsgraph.cluster import preload
 from dsgraph.config import DatasetConfig
 from dsgraph.data.synthetic import generate
 from dsgraph.errors import StorageError, UserError
@@ -326,9 +327,9 @@ def test_write_partitions_from_custom_assignment(graph, tmp_path):
 # --- CLI -----------------------------------------------------------------------------------------
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "partition", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=150,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", "partition", *args],
+                               {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               str(cwd), timeout=150)
 
 
 @pytest.mark.timeout(300)

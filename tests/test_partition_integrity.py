@@ -13,6 +13,7 @@ from pathlib import Path
 import dgl
 import pytest
 
+from dsgraph.cluster import preload
 from dsgraph.config import from_dict
 from dsgraph.data import load_graph
 from dsgraph.errors import DataError
@@ -247,9 +248,9 @@ def test_cache_dir_does_not_count(parts, tmp_path):
 # --- CLIs ----------------------------------------------------------------------------------------
 
 def run_module(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", module, *args],
+                               {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                               str(cwd), timeout=120)
 
 
 @pytest.mark.timeout(150)

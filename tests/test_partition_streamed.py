@@ -14,6 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from dsgraph import config as config_mod
+from dsgraph.cluster import preload
 from dsgraph.config import DatasetConfig
 from dsgraph.data.chunked.write import write_graph_chunks
 from dsgraph.data.chunked.contract import InMemoryChunks
@@ -41,9 +42,10 @@ def _sets(folder: Path, out: Path, **partition) -> list[str]:
 def _partition(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m partition --config configs/default.yaml ARGS`` from the repository root."""
     import os
-    return subprocess.run([sys.executable, "-m", "partition", "--config", "configs/default.yaml",
-                           *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return preload.run_command([sys.executable, "-m", "partition", "--config",
+                                "configs/default.yaml", *args],
+                               {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, str(ROOT),
+                               timeout=300)
 
 
 def _load_parts(part_json: Path) -> list:

@@ -113,3 +113,52 @@ def test_the_processes_die_with_the_server(tmp_path):
     finally:
         own.kill()
         own.wait(10)
+
+
+@pytest.mark.timeout(90)
+def test_a_command_runs_forked_when_the_caller_names_a_server(server, tmp_path, monkeypatch):
+    """:func:`preload.run_command`: forked by the server this process names (torch already
+    loaded in it), its stdout and stderr apart, its exit code, the environment given (without
+    the server: the command's own processes would start fresh); fresh where no server is named;
+    an overrunning command's session killed and ``TimeoutExpired`` raised."""
+    env = {**preload.fresh_env(), "PROBE_MARKER": "cmd", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "tests.preload_probe", "raise"]
+    monkeypatch.setenv(preload.ENV_SOCKET, server)
+    res = preload.run_command(argv, env, str(tmp_path), timeout=60)
+    seen = json.loads(res.stdout.splitlines()[0])
+    assert res.returncode == 1 and "RuntimeError: probe failed" in res.stderr
+    assert "probe failed" not in res.stdout and "atexit ran" in res.stdout
+    assert seen["torch_loaded"] and seen["marker"] == "cmd" and seen["cwd"] == str(tmp_path)
+    assert seen["pid"] == seen["sid"]  # a session of its own
+    monkeypatch.delenv(preload.ENV_SOCKET)
+    fresh = preload.run_command([*argv[:-1], "exit3"], env, str(tmp_path), timeout=60)
+    assert fresh.returncode == 3 and not json.loads(fresh.stdout.splitlines()[0])["torch_loaded"]
+    monkeypatch.setenv(preload.ENV_SOCKET, server)
+    log = tmp_path / "pid"
+    with pytest.raises(preload.subprocess.TimeoutExpired):
+        preload.run_command([sys.executable, "-c", "import os, time; open(%r, 'w').write("
+                             "str(os.getpid())); time.sleep(120)" % str(log)], env,
+                            str(tmp_path), timeout=3)
+    assert _gone(int(log.read_text()))
+
+
+@pytest.mark.timeout(60)
+def test_a_started_command_can_be_signalled_and_killed(server, tmp_path, monkeypatch):
+    """:func:`preload.start_command`'s process (forked) takes signals and ``kill`` as a
+    ``Popen`` would; its stderr goes to the file given."""
+    monkeypatch.setenv(preload.ENV_SOCKET, server)
+    env = {**preload.fresh_env(), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    with (tmp_path / "err").open("w") as err:
+        proc = preload.start_command([sys.executable, "-m", "tests.preload_probe", "sleep"],
+                                     env, str(ROOT), stderr=err)
+    assert isinstance(proc, preload.PreloadedProcess)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt, then ended by SIGINT as python is
+    assert proc.wait(30) == -signal.SIGINT
+    assert "KeyboardInterrupt" in (tmp_path / "err").read_text()
+    proc.kill()  # ended: nothing to signal, no error
+    again = preload.start_command([sys.executable, "-m", "tests.preload_probe", "sleep"], env,
+                                  str(ROOT))
+    again.kill()
+    assert again.wait(30) == -signal.SIGKILL

@@ -13,7 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from benchmarks.faults import default_sigint
 from dsgraph.cluster import preload, shm
 from dsgraph.cluster.spec import read_ip_config
 from dsgraph.cluster.supervise import Supervisor
@@ -69,7 +68,7 @@ def _start_launcher(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A launcher of two sleeping gloo workers; returns it and the workers' pids once joined."""
     # fresh workers (no preload server): they are looked for among the launcher's children
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preload.default_sigint,
                             env=preload.fresh_env())
     deadline = time.time() + 40
     workers: list[int] = []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from dsgraph.cluster import preload
 from dsgraph.config import DatasetConfig
 from dsgraph.data.chunked import synthetic as sc
 from dsgraph.data.synthetic import generate
@@ -143,9 +144,8 @@ def test_edge_stream_keeps_small_per_node_arrays(small_blocks):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "partition.chunk", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return preload.run_command([sys.executable, "-m", "partition.chunk", *args],
+                               {**os.environ, "OMP_NUM_THREADS": "1"}, str(ROOT), timeout=120)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:

@@ -7,7 +7,10 @@ then forks, on request, a process that runs ``python -m MODULE ARGS`` as a fresh
 would (its own session, environment, working directory, stdin/stdout/stderr, fresh random
 state), in milliseconds. The supervisor uses it for ``python -m`` processes on this host when
 the environment names a server in :data:`ENV_SOCKET` (``tests/conftest.py`` starts one per test
-process); otherwise, and always in benchmarks, processes start fresh.
+process); otherwise, and always in benchmarks, processes start fresh. Test harnesses start the
+commands they run as a user would (``python -m train`` of a fault case, ``python -m partition``
+checked for its exit code) through it too (:func:`start_command`, :func:`run_command`), those
+commands' own job processes fresh where their environment names no server.
 
 Why not everywhere: a forked process shares the server's pages copy-on-write, so its memory
 (PSS) is not what a fresh process would use, and the interpreter was started with the server's
@@ -21,6 +24,7 @@ ends, the server kills its process group; if the server dies, its children die w
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -30,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -94,19 +99,30 @@ class PreloadedProcess:
             select.select([self._sock], [], [], min(left, 0.1))
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the process, unless it has ended."""
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the process, unless it has ended."""
+        self.send_signal(signal.SIGKILL)
+
 
 def spawn(path: str, argv: Sequence[str], env: dict[str, str], cwd: str | None,
-          stdout_fd: int, stdout=None) -> PreloadedProcess | None:
+          stdout_fd: int, stdout=None, stderr_fd: int | None = None) -> PreloadedProcess | None:
     """Ask the server at ``path`` to run ``argv`` (``python -m MODULE ...``), its output to
-    ``stdout_fd``, stdin from /dev/null; ``stdout`` is the reading end the caller keeps, if any.
-    None: the server refused (it imported dsgraph from another checkout than the caller's)."""
+    ``stdout_fd`` (its stderr too, unless ``stderr_fd``), stdin from /dev/null; ``stdout`` is
+    the reading end the caller keeps, if any. None: the server refused (it imported dsgraph from
+    another checkout than the caller's)."""
     request = {"module": argv[2], "args": list(argv[3:]), "env": env,
                "cwd": os.path.abspath(cwd or os.getcwd()), "root": _ROOT}
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(path)
         with open(os.devnull, "rb") as devnull:
-            socket.send_fds(sock, [json.dumps(request).encode()], [devnull.fileno(), stdout_fd])
+            fds = [devnull.fileno(), stdout_fd, stdout_fd if stderr_fd is None else stderr_fd]
+            socket.send_fds(sock, [json.dumps(request).encode()], fds)
         reply = sock.recv(64)
     except OSError:
         sock.close()
@@ -115,6 +131,57 @@ def spawn(path: str, argv: Sequence[str], env: dict[str, str], cwd: str | None,
         sock.close()
         return None
     return PreloadedProcess(argv, sock, int(reply), stdout)
+
+
+def start_command(argv: Sequence[str], env: dict[str, str], cwd: str | None, stdout=None,
+                  stderr=None) -> "subprocess.Popen | PreloadedProcess":
+    """``argv`` in a session of its own, its output to the open files ``stdout`` and ``stderr``
+    (None: /dev/null), stdin from /dev/null, Ctrl-C acting as in a terminal: forked by the
+    preload server this process's environment names when it can start it, else fresh.
+
+    For test harnesses that run a command (a launcher) as a user would: ``env`` need not name
+    the server, and then the command's own job processes start fresh, as its children.
+    """
+    path = os.environ.get(ENV_SOCKET)
+    with open(os.devnull, "wb") as devnull:
+        out = (stdout or devnull).fileno()
+        err = (stderr or devnull).fileno()
+        if path and socket_for(argv, {**env, ENV_SOCKET: path}):
+            proc = spawn(path, argv, env, cwd, out, stderr_fd=err)
+            if proc is not None:
+                return proc
+        return subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    """In a started command: Ctrl-C acts as in a terminal. A command started in the background
+    by a shell without job control inherits SIGINT ignored, and Python then keeps it ignored,
+    so a test run that way would see a launcher shrug off the Ctrl-C under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_command(argv: Sequence[str], env: dict[str, str] | None, cwd: str | None,
+                timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`` through
+    :func:`start_command` (``env`` None: this process's); on a timeout its whole session is
+    killed before ``TimeoutExpired`` is raised."""
+    env = dict(os.environ if env is None else env)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = start_command(argv, env, cwd, out, err)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        texts = []
+        for fh in (out, err):
+            fh.seek(0)
+            texts.append(fh.read().decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(list(argv), proc.returncode, *texts)
 
 
 def _become(request: dict, fds: list[int], server_pid: int, started: int,
@@ -127,12 +194,11 @@ def _become(request: dict, fds: list[int], server_pid: int, started: int,
     lifeline.die_with_parent(signal.SIGKILL, server_pid)
     os.write(started, b"1")
     os.close(started)
-    stdin_fd, out_fd = fds
-    os.dup2(stdin_fd, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(out_fd, 2)
-    os.close(stdin_fd)
-    os.close(out_fd)
+    for target, fd in enumerate(fds):  # stdin, stdout, stderr
+        os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -179,8 +245,8 @@ def serve(path: str) -> None:
                     conn.close()
             elif conn in pending:
                 pending.remove(conn)
-                msg, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 2)
-                if not msg or len(fds) != 2:
+                msg, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
+                if not msg or len(fds) != 3:
                     conn.close()
                     for fd in fds:
                         os.close(fd)
