@@ -8,7 +8,8 @@ as ``python -m benchmarks.stock_dgl_trainer --run-dir RUN ...`` through
 ``dsgraph.cluster.dgl_job.run_dgl_job(..., stock=True)``, which sets DGL's environment
 (DGL_IP_CONFIG, DGL_CONF_PATH, DGL_ROLE, ...) and torch.distributed's env:// variables.
 
-The model is the same GraphSAGE as dsgraph's (``SAGEConv`` mean layers, ReLU + dropout between
+The model is the same GraphSAGE as dsgraph's (DGL's own ``SAGEConv`` mean layers, which dsgraph
+runs in the cheaper order of the same function: dsgraph.models.order; ReLU + dropout between
 them, none after the last), trained with DDP, Adam and cross-entropy over
 ``DistNodeDataLoader`` mini-batches; after the last epoch, exact layer-wise full-neighbour
 inference over all nodes gives the validation and test accuracy (``--eval layerwise``, the

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from dsgraph.errors import ConfigError
+from dsgraph.models.order import aggregate_first, aggregate_first_is_cheaper
 
 
 class StackedGNN(nn.Module):
@@ -64,11 +65,12 @@ def _dims(in_feats: int, hidden: int, num_classes: int, num_layers: int) -> list
 
 
 class GraphSAGE(StackedGNN):
-    """GraphSAGE with ``dgl.nn.SAGEConv`` (aggregator mean, pool, gcn or lstm)."""
+    """GraphSAGE with ``dgl.nn.SAGEConv`` layers (:class:`LeanSAGEConv`; aggregator mean, pool,
+    gcn or lstm)."""
 
     def __init__(self, in_feats: int, num_classes: int, hidden: int = 128, num_layers: int = 2,
                  aggregator: str = "mean", dropout: float = 0.0) -> None:
-        super().__init__([dglnn.SAGEConv(i, o, aggregator)
+        super().__init__([LeanSAGEConv(i, o, aggregator)
                           for i, o in _dims(in_feats, hidden, num_classes, num_layers)], dropout)
 
 
@@ -80,6 +82,24 @@ class GCN(StackedGNN):
                  norm: str = "both", dropout: float = 0.0) -> None:
         super().__init__([LeanGraphConv(i, o, norm=norm, allow_zero_in_degree=True)
                           for i, o in _dims(in_feats, hidden, num_classes, num_layers)], dropout)
+
+
+class LeanSAGEConv(dglnn.SAGEConv):
+    """``dgl.nn.SAGEConv`` that aggregates before its linear map whenever that takes fewer
+    multiply-adds on the graph at hand (:mod:`dsgraph.models.order`), not only when
+    ``in_feats <= out_feats``: on a sampled block it maps the destinations instead of every
+    source row. Same parameters and state-dict names, same function (tests/test_layer_order.py
+    checks outputs and every gradient against DGL's layer)."""
+
+    def forward(self, graph, feat, edge_weight=None):
+        """As ``SAGEConv.forward``, in the cheaper order for mean and gcn aggregation."""
+        first = (self._aggre_type in ("mean", "gcn") and isinstance(graph, dgl.DGLGraph)
+                 and self._in_src_feats > self._out_feats
+                 and aggregate_first_is_cheaper(graph.num_src_nodes(), graph.num_dst_nodes(),
+                                                graph.num_edges(), self._in_src_feats,
+                                                self._out_feats))
+        with aggregate_first(self, first):
+            return super().forward(graph, feat, edge_weight)
 
 
 # A block's sources' out-degrees in the whole graph, where exact inference provides them
@@ -115,8 +135,10 @@ class LeanGraphConv(dglnn.GraphConv):
             degrees = graph.srcdata[SRC_OUT_DEGREES] if SRC_OUT_DEGREES in graph.srcdata \
                 else graph.out_degrees()
             h = h * _degree_factor(degrees, self._norm, h)
-        if self.weight is not None and self._in_feats > self._out_feats:
-            h = dgl.ops.copy_u_sum(graph, h @ self.weight)  # aggregate the narrower side
+        if self.weight is not None and not aggregate_first_is_cheaper(
+                graph.num_src_nodes(), graph.num_dst_nodes(), graph.num_edges(),
+                self._in_feats, self._out_feats):
+            h = dgl.ops.copy_u_sum(graph, h @ self.weight)
         else:
             h = dgl.ops.copy_u_sum(graph, h)
             if self.weight is not None:

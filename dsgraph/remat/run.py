@@ -22,6 +22,7 @@ import torch
 from dgl.nn import GATConv, GraphConv, SAGEConv
 from torch import nn
 
+from dsgraph.models.order import aggregate_first
 from dsgraph.remat.block import Group, RematBlock
 from dsgraph.remat.rows import InputRows
 from dsgraph.remat.store import Kept, compressing
@@ -136,7 +137,7 @@ class Run:
                 a, b = dst if dst is not None else (0, rb.num_dst)
                 return gat_fused(self.conv, (rows, x_dst), graph.attention,
                                  er=None if self.er is None else self.er[a:b])
-            with _aggregate_first(self.conv, self.raw_first):
+            with aggregate_first(self.conv, self.raw_first):
                 return type(self.conv).forward(self.conv, graph, (rows, x_dst))
         except Collected:
             return None
@@ -264,25 +265,7 @@ class Run:
         self.captured = ()
         return out
 
+
 def _keep(t):
     # the identity pack/unpack: saves inside forward bypass any outer hooks (the compressor)
     return t
-
-
-@contextlib.contextmanager
-def _aggregate_first(conv: nn.Module, on: bool):
-    """SAGEConv / GraphConv aggregate before their linear map while this is active.
-
-    DGL 2.1 picks the order in ``forward`` by ``_in_feats > _out_feats`` and reads
-    ``_out_feats`` nowhere else there, so raising it for the call flips only the order; the
-    results agree to rounding (tests/dist/test_sampled_remat.py checks every gradient).
-    """
-    if not on:
-        yield
-        return
-    out = conv._out_feats
-    conv._out_feats = 2 ** 62
-    try:
-        yield
-    finally:
-        conv._out_feats = out
