@@ -13,11 +13,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from benchmarks.harness import environ, median
 from dsgraph.cluster import memwatch
 from dsgraph.cluster.dgl_job import run_dgl_job
+from dsgraph.cluster.launch import run_workers
 from dsgraph.cluster.netns import HostsUnavailable, emulated_hosts
-from dsgraph.config import Config
+from dsgraph.config import ClusterConfig, Config
 from dsgraph.metrics import read_records
 from dsgraph.runs import RunFolder
 from dsgraph.cli.train import launch
+
+LIMIT_TRAINER = "benchmarks.limit_trainer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,13 +124,35 @@ def measured_job(cfg: Config, out: Path, stock_trainer: Optional[str] = None,
         else:
             job = train_job(cfg, out)
     if stock_trainer is not None:
-        summary = json.loads((run_dir / "stock_summary.json").read_text())
-        epochs = [json.loads(ln) for ln in
-                  (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
-        summary.update(peak_rss_mb=max(peaks.values()))
+        summary, epochs = _peer_files(run_dir, peaks)
     else:
         summary, epochs = job.summary, job.epochs
     return Measured(summary, epochs, mem.peak_mb or None, load1, time.perf_counter() - t0)
+
+
+def measured_limit_job(cfg: Config, out: Path, graph: Path, trainer_args: Sequence[str],
+                       processes: int) -> Measured:
+    """Run ``benchmarks.limit_trainer`` on the whole graph saved at ``graph`` (``processes``
+    gloo ranks on this host, one per core; ``trainer_args`` as the stock trainer's) in a fresh
+    run folder ``out``; measured as :func:`measured_job` measures the others."""
+    load1, t0 = os.getloadavg()[0], time.perf_counter()
+    with SupervisedMemory() as mem:
+        run_dir = run_folder(cfg, out)
+        peaks = run_workers(run_dir, ClusterConfig(), LIMIT_TRAINER, processes,
+                            ["--graph", str(graph), *trainer_args], cfg.train.timeout_s,
+                            name="limit")
+    summary, epochs = _peer_files(run_dir, peaks)
+    return Measured(summary, epochs, mem.peak_mb or None, load1, time.perf_counter() - t0)
+
+
+def _peer_files(run_dir: Path, peaks: Mapping[str, float]) -> tuple[dict, list[dict]]:
+    """A peer trainer's ``stock_summary.json`` (with the peak RSS of its processes) and
+    ``stock_metrics.jsonl`` epoch records, standing in for metrics.json and metrics.jsonl."""
+    summary = json.loads((run_dir / "stock_summary.json").read_text())
+    epochs = [json.loads(ln) for ln in
+              (run_dir / "stock_metrics.jsonl").read_text().splitlines() if ln.strip()]
+    summary.update(peak_rss_mb=max(peaks.values()))
+    return summary, epochs
 
 
 def round_robin(settings: Sequence[Any], repeats: Callable[[Any], int], hosts: Mapping[str, Any],

@@ -21,6 +21,11 @@ off or on (``no feature cache``: ``sampled.feature_memory_mb=0``, every remote r
 ``prefetch 2``; on veth ``all remote rows cached`` exact, 8-bit and 4-bit: a 64 MiB budget
 that holds every remote row in each encoding, so every remote read goes through the codec).
 
+The ``limit`` row (``system: dgl``) is the ceiling a distributed job on the same cores reaches
+only by doing less work: plain DGL with the whole graph in memory in each of two processes (one
+per core), no servers (``benchmarks.limit_trainer``; it scores the test nodes on sampled
+neighbourhoods); every row's ``ratio_vs_limit`` is its throughput over the limit's.
+
 Job memory (``job_memory_mb``) is the peak summed PSS of every process of a job
 (:class:`benchmarks.jobs.SupervisedMemory`: the supervisor's figure, shared memory counted
 once), measured the same way for stock and dsgraph rows.

@@ -8,17 +8,27 @@ from typing import Any, Iterable, Optional
 from benchmarks.harness import View, bars, render_saved, throughput_bars
 
 COLUMNS = ("setting", "system", "hosts", "parts", "trainers", "link", "samples_per_s",
-           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "epoch_s", "test_acc",
+           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "ratio_vs_limit", "epoch_s",
+           "test_acc",
            "remote_feature_bytes", "rpc_sample_requests", "cache_hit_rate", "load1", "wall_s",
            "job_memory_mb", "peak_rss_mb")
 KEY = ("setting",)
-TITLE = "Sampled distributed training: dsgraph vs stock DistDGL (one host, two emulated hosts)"
+TITLE = ("Sampled distributed training: dsgraph vs stock DistDGL (one host, two emulated hosts) "
+         "and the in-memory limit")
 
 
 def stock_row(rows: Iterable[dict], link: str) -> Optional[dict]:
     """The stock row a row of ``link`` is compared with."""
     for row in rows:
         if row["system"] == "stock" and row["link"] == link:
+            return row
+    return None
+
+
+def limit_row(rows: Iterable[dict]) -> Optional[dict]:
+    """The limit row (plain DGL, the whole graph in memory, one process per core)."""
+    for row in rows:
+        if row["system"] == "dgl":
             return row
     return None
 
@@ -32,7 +42,7 @@ def _plot(rows: list[dict], fig: Any) -> None:
     """Training throughput (with the repeats' range) and test accuracy, one bar per setting."""
     ax1, ax2 = fig.subplots(1, 2, sharey=True)
     ys = [-i for i in range(len(rows))]  # the first row on top, as in the table
-    colours = ["tab:gray" if r["system"] == "stock" else "tab:blue" for r in rows]
+    colours = [{"stock": "tab:gray", "dgl": "black"}.get(r["system"], "tab:blue") for r in rows]
     throughput_bars(ax1, ys, rows, KEY, colours)
     bars(ax2, ys, rows, "test_acc", KEY, horizontal=True, color="tab:green")
     ax2.set_xlabel("test accuracy")

@@ -10,8 +10,8 @@ import dgl
 
 from benchmarks import jobs
 from benchmarks.harness import Report
-from benchmarks.sampled.report import VIEW, stock_row
-from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, Setting, settings
+from benchmarks.sampled.report import VIEW, limit_row, stock_row
+from benchmarks.sampled.settings import STOCK_TRAINER, THROTTLE, WHOLE_GRAPH, Setting, settings
 from dsgraph import config as config_mod
 from dsgraph.cluster.netns import LINK
 from dsgraph.data import load_graph
@@ -20,8 +20,10 @@ from dsgraph.partition import partition_graph
 
 def _partitions(base: list[str], tmp: Path) -> None:
     """Every partitioning the rows use: dsgraph's (1 and 2 parts, 2 parts with a 2-hop halo)
-    and DGL's own (``partition_graph`` with METIS, trainers per machine as the rows run)."""
+    and DGL's own (``partition_graph`` with METIS, trainers per machine as the rows run), and
+    the whole graph in one file for the limit row."""
     g = load_graph(config_mod.load("configs/default.yaml", base).dataset)
+    dgl.save_graphs(str(tmp / WHOLE_GRAPH), [g])
     partition_graph(g, 1, tmp / "p1", force=True)
     partition_graph(g, 2, tmp / "p2", force=True)
     partition_graph(g, 2, tmp / "p2h2", halo_hops=2, force=True)
@@ -50,8 +52,12 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
     cfg = config_mod.load("configs/default.yaml", sets)
     stock = setting.system == "stock"
     args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
-    m = jobs.measured_job(cfg, tmp / run_name, STOCK_TRAINER if stock else None, args,
-                          part_dir / "graph.json")
+    if setting.system == "dgl":  # evaluates sampled neighbourhoods of the test nodes only
+        m = jobs.measured_limit_job(cfg, tmp / run_name, tmp / WHOLE_GRAPH, _stock_args(cfg),
+                                    setting.trainers)
+    else:
+        m = jobs.measured_job(cfg, tmp / run_name, STOCK_TRAINER if stock else None, args,
+                              part_dir / "graph.json")
     return {"samples_per_s": m.steady("samples_per_s"), "epoch_s": m.steady("epoch_s"),
             "test_acc": m.summary["test_acc"],
             "remote_feature_bytes": m.steady("remote_feature_bytes"),
@@ -97,8 +103,9 @@ def run(quick: bool) -> Path:
             lambda got: f"{got['samples_per_s']:,.0f} seeds/s")
     rows = {s.name: _row(s, runs[s.name]) for s in rows_run}
     for row in rows.values():
-        ref = stock_row(rows.values(), row["link"])
+        ref, lim = stock_row(rows.values(), row["link"]), limit_row(rows.values())
         row["ratio_vs_stock"] = row["samples_per_s"] / ref["samples_per_s"] if ref else None
+        row["ratio_vs_limit"] = row["samples_per_s"] / lim["samples_per_s"] if lim else None
         report.add(row)
     report.extra["skipped"] = skipped
     return report.save()

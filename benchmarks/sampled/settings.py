@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 THROTTLE = "1gbit"
 STOCK_TRAINER = "benchmarks.stock_dgl_trainer"
+WHOLE_GRAPH = "whole_graph.bin"  # the limit row's input, in the run's temp folder
 # The tuned rows: every frontier sampled in the trainer's partition (2-hop halo, own seeds).
 LOCAL_SAMPLING = ("sampled.local_sampling=true", "partition.halo_hops=2",
                   "sampled.seed_split=owned")
@@ -21,7 +22,7 @@ class Setting:
     """One row: which system, how deployed, and its extra config overrides."""
 
     name: str
-    system: str  # "stock" or "dsgraph"
+    system: str  # "stock", "dsgraph" or "dgl" (the limit: plain DGL, whole graph in memory)
     hosts: int
     parts: int
     trainers: int  # in all
@@ -34,6 +35,7 @@ def settings() -> list[Setting]:
     """Every row, in table order: one host first, then each emulated link."""
     local = "local"
     rows = [
+        Setting("limit: plain DGL in memory, 2 processes", "dgl", 1, 1, 2, local),
         Setting("stock DGL 1 part x 2 trainers", "stock", 1, 1, 2, local, partition="stock1"),
         Setting("dsgraph 2 parts x 1 trainer", "dsgraph", 1, 2, 2, local, partition="p2"),
         Setting("dsgraph 2 parts x 1 trainer, local sampling", "dsgraph", 1, 2, 2, local,

@@ -8,13 +8,15 @@ from typing import Any, Iterable, Optional
 from benchmarks.harness import View, line, render_saved
 
 COLUMNS = ("size", "nodes", "hosts", "parts", "link", "system", "variant", "samples_per_s",
-           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "test_acc",
+           "samples_per_s_min", "samples_per_s_max", "ratio_vs_stock", "ratio_vs_limit", "test_acc",
            "job_memory_mb", "memory_ratio_vs_stock", "peak_rss_mb", "planned_peak_mb",
            "feature_memory_mb", "cache_hit_rate", "remote_feature_bytes", "load1", "wall_s")
 KEY = ("nodes", "hosts", "link", "variant")
-TITLE = "Scaling the graph: dsgraph vs stock DistDGL at equal job memory (emulated hosts)"
+TITLE = ("Scaling the graph: dsgraph vs stock DistDGL at equal job memory (emulated hosts), "
+         "and the in-memory limit")
 # Per link: the least equal_memory / stock throughput the targets ask for.
 SPEEDUP_TARGET = {"veth": 1.3, "veth_throttled": 1.5}
+LIMIT_TARGET = 1.0  # equal_memory / limit throughput, at least
 EQUAL_MEMORY_LIMIT = 1.05  # equal_memory job memory / stock's, at most
 DEFAULTS_MEMORY_LIMIT = 1.1  # defaults job memory / stock's, at most
 ACCURACY_TOLERANCE = 0.005  # |dsgraph test accuracy - stock's|, at most
@@ -37,10 +39,21 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b if a is not None and b else None
 
 
+def limit_row(rows: Iterable[dict], row: dict) -> Optional[dict]:
+    """The limit row (plain DGL, whole graph in memory) of ``row``'s size."""
+    for r in rows:
+        if r["variant"] == "limit" and r["nodes"] == row["nodes"]:
+            return r
+    return None
+
+
 def compare(rows: list[dict]) -> list[dict]:
     """Set every row's ``ratio_vs_stock`` (throughput) and ``memory_ratio_vs_stock`` (job
-    memory) against the stock row of its size and deployment; return ``rows``."""
+    memory) against the stock row of its size and deployment, and ``ratio_vs_limit`` against
+    its size's limit row; return ``rows``."""
     for row in rows:
+        lim = limit_row(rows, row)
+        row["ratio_vs_limit"] = _ratio(row.get("samples_per_s"), lim and lim["samples_per_s"])
         ref = stock_row(rows, row)
         row["ratio_vs_stock"] = _ratio(row.get("samples_per_s"), ref and ref["samples_per_s"])
         row["memory_ratio_vs_stock"] = _ratio(row.get("job_memory_mb"),
@@ -57,7 +70,8 @@ def _check(value: Optional[float], ok: bool, text: str) -> tuple[bool, str]:
 def targets(rows: list[dict]) -> list[str]:
     """One line per size and deployment saying, from the rows' numbers, whether dsgraph met
     its targets: equal_memory at least SPEEDUP_TARGET[link] x stock's throughput with job
-    memory <= EQUAL_MEMORY_LIMIT x, defaults memory <= DEFAULTS_MEMORY_LIMIT x, and both
+    memory <= EQUAL_MEMORY_LIMIT x and LIMIT_TARGET x the limit row's (where the size has
+    one), defaults memory <= DEFAULTS_MEMORY_LIMIT x, and both
     within ACCURACY_TOLERANCE of stock's test accuracy."""
     out = []
     for stock in sorted((r for r in rows if r["variant"] == "stock"), key=_deployment):
@@ -65,6 +79,7 @@ def targets(rows: list[dict]) -> list[str]:
         eq, de = mine.get("equal_memory", {}), mine.get("defaults", {})
         need = SPEEDUP_TARGET.get(stock["link"], SPEEDUP_TARGET["veth"])
         speed, mem = eq.get("ratio_vs_stock"), eq.get("memory_ratio_vs_stock")
+        vs_limit = eq.get("ratio_vs_limit")
         dmem = de.get("memory_ratio_vs_stock")
         accs = {v: r["test_acc"] - stock["test_acc"] for v, r in (("equal_memory", eq),
                                                                    ("defaults", de))
@@ -75,6 +90,9 @@ def targets(rows: list[dict]) -> list[str]:
                    f"equal_memory {_x(speed)} stock's throughput (>= {need:g}x)"),
             _check(mem, mem is not None and mem <= EQUAL_MEMORY_LIMIT + EPS,
                    f"its job memory {_x(mem)} (<= {EQUAL_MEMORY_LIMIT:g}x)"),
+            _check(vs_limit, vs_limit is not None and vs_limit >= LIMIT_TARGET - EPS,
+                   f"its throughput {_x(vs_limit)} the in-memory limit's "
+                   f"(>= {LIMIT_TARGET:g}x)"),
             _check(dmem, dmem is not None and dmem <= DEFAULTS_MEMORY_LIMIT + EPS,
                    f"defaults job memory {_x(dmem)} (<= {DEFAULTS_MEMORY_LIMIT:g}x)"),
             _check(accs.get("equal_memory") if len(accs) == 2 else None, close,
@@ -109,11 +127,14 @@ def _plot(rows: list[dict], fig: Any) -> None:
         groups.setdefault((r["variant"], r["link"], r["hosts"]), []).append(r)
     for (variant, link, hosts), grp in sorted(groups.items()):
         grp = sorted(grp, key=lambda r: r["nodes"])
-        style = {"label": f"{variant}, {link}, {hosts} hosts", "marker": "o",
+        label = ("limit: plain DGL in memory, one process per core" if variant == "limit"
+                 else f"{variant}, {link}, {hosts} hosts")
+        style = {"label": label, "marker": "o",
                  "linestyle": "--" if link == "veth_throttled" else "-",
                  "color": {"stock": "tab:gray", "no_cache": "tab:orange",
-                           "equal_memory": "tab:blue", "defaults": "tab:green"}.get(variant)}
-        if hosts != 2:
+                           "equal_memory": "tab:blue", "defaults": "tab:green",
+                           "limit": "black"}.get(variant)}
+        if hosts > 2:
             style["marker"] = "s"
         line(ax1, grp, "nodes", "samples_per_s", KEY, **style)
         line(ax2, grp, "nodes", "job_memory_mb", KEY, **style)

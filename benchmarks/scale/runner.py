@@ -24,8 +24,10 @@ Hosts = tuple[list[str], list[str]]
 
 
 def _partitions(size: st.Size, base: list[str], tmp: Path) -> None:
-    """dsgraph's (``p<N>``) and DGL's own (``stock<N>``, METIS) partitionings of ``size``."""
+    """dsgraph's (``p<N>``) and DGL's own (``stock<N>``, METIS) partitionings of ``size``, and
+    the whole graph in one file for the limit row."""
     g = load_graph(config_mod.load(st.CONFIG, base).dataset)
+    dgl.save_graphs(str(tmp / st.WHOLE_GRAPH), [g])  # the limit row's input
     for parts in (2, 4) if size.four_hosts else (2,):
         partition_graph(g, parts, tmp / f"p{parts}", force=True)
         dgl.distributed.partition_graph(g, "graph", parts, str(tmp / f"stock{parts}"),
@@ -43,7 +45,7 @@ def _stock_args(cfg) -> list[str]:
 
 
 def _job(variant: str, sets: list[str], tmp: Path, parts: int, run_name: str) -> dict:
-    """One fresh job; its steady-state figures (epochs 2.. ) and memory."""
+    """One fresh job of stock or a dsgraph variant on ``parts`` emulated hosts."""
     stock = variant == "stock"
     part_dir = tmp / f"{'stock' if stock else 'p'}{parts}"
     cfg = config_mod.load(st.CONFIG, [*sets, f"partition.num_parts={parts}",
@@ -51,6 +53,19 @@ def _job(variant: str, sets: list[str], tmp: Path, parts: int, run_name: str) ->
     stock_args = _stock_args(cfg) + ["--gloo-ifname", LINK] if stock else []
     m = jobs.measured_job(cfg, tmp / run_name, st.STOCK_TRAINER if stock else None, stock_args,
                           part_dir / "graph.json")
+    return _figures(m)
+
+
+def _limit_job(sets: list[str], tmp: Path, run_name: str) -> dict:
+    """One fresh job of plain DGL on the whole graph in memory, one process per core."""
+    cfg = config_mod.load(st.CONFIG, sets)
+    m = jobs.measured_limit_job(cfg, tmp / run_name, tmp / st.WHOLE_GRAPH, _stock_args(cfg),
+                                st.LIMIT_PROCESSES)
+    return _figures(m)
+
+
+def _figures(m: jobs.Measured) -> dict:
+    """A job's steady-state figures (epochs 2.. ) and memory."""
     return {"samples_per_s": m.steady("samples_per_s"), "test_acc": m.summary.get("test_acc"),
             "job_memory_mb": m.job_memory_mb, "peak_rss_mb": m.summary.get("peak_rss_mb"),
             "planned_peak_mb": m.summary.get("planned_peak_mb"),
@@ -87,6 +102,7 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
     with the defaults' budget beat the defaults by that much), so stock's median spans both.
     """
     runs: dict[tuple[st.Deployment, str], list[dict]] = {}
+    limit_runs: list[dict] = []
     budgets: dict[st.Deployment, float] = {}
     port = 30150
     with tempfile.TemporaryDirectory(prefix=f"dsgraph-scale-{size.name}-") as tmpd:
@@ -105,6 +121,11 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
                     print(f"  {size.name} {dep.label}: equal_memory budget "
                           f"{budgets[dep]:.1f} MiB per trainer", flush=True)
             for r in range(repeats):
+                if "no_cache" in phase:  # the limit: one host, so once per repeat
+                    limit_runs.append(_limit_job(base, tmp, f"limit-{r}"))
+                    print(f"  [{r + 1}/{repeats}] {size.name} limit: "
+                          f"{limit_runs[-1]['samples_per_s']:,.0f} seeds/s, "
+                          f"{limit_runs[-1]['job_memory_mb'] or 0:,.0f} MiB", flush=True)
                 for dep, dep_hosts in hosts.items():
                     for variant in phase:
                         port += 1  # a fresh server port per job: no TIME_WAIT clash
@@ -120,6 +141,9 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
                               f"{got['job_memory_mb'] or 0:,.0f} MiB", flush=True)
     rows = [_row(size, dep, v, runs[dep, v], _budget(v, size, dep, budgets))
             for dep in hosts for v in st.VARIANTS if (dep, v) in runs]
+    rows.append(jobs.median_row({"size": size.name, "system": "dgl", "variant": "limit",
+                                 "nodes": size.nodes, "hosts": 1, "parts": 1, "link": "local",
+                                 "feature_memory_mb": None}, limit_runs))
     return compare(rows)
 
 

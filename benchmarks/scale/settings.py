@@ -2,6 +2,7 @@
 and the equal-memory budget."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -22,6 +23,10 @@ TEST_NODES = 8_192
 # margin for what the budget does not count: the cache's index, allocator slack)
 EQUAL_MEMORY_HEADROOM = 1.04
 VARIANTS = ("stock", "no_cache", "equal_memory", "defaults")
+# The limit row: plain DGL, the whole graph (this file in the size's folder) in memory in each
+# of one process per core, no servers (benchmarks/limit_trainer.py).
+WHOLE_GRAPH = "whole_graph.bin"
+LIMIT_PROCESSES = os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

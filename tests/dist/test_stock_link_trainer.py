@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import stock_dgl_common, stock_dgl_rgcn_trainer, stock_dgl_trainer
+from benchmarks import limit_trainer, stock_dgl_common, stock_dgl_rgcn_trainer, stock_dgl_trainer
 from benchmarks import stock_dgl_link_trainer as stock
 from benchmarks import stock_link_inputs
 from dsgraph import config as config_mod
@@ -33,7 +33,7 @@ EPOCHS, HITS_K = 3, 50
 
 
 STDLIB = {"__future__", "argparse", "json", "logging", "os", "statistics", "time", "pathlib",
-          "typing"}
+          "typing", "sys"}
 COMMON = "benchmarks.stock_dgl_common"  # what the stock peers share, held to the same rule
 
 
@@ -50,7 +50,7 @@ def imported_modules(path: str) -> set[str]:
 
 
 @pytest.mark.parametrize("module", [stock_dgl_trainer, stock, stock_dgl_common,
-                                    stock_dgl_rgcn_trainer])
+                                    stock_dgl_rgcn_trainer, limit_trainer])
 @pytest.mark.fast
 def test_stock_trainers_import_no_dsgraph_code(module):
     # DGL's example logic on the unpatched runtime: nothing of dsgraph (its patches, its
