@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
                    help="DGL binary graph file (dgl.save_graphs) whose ndata holds feat, label, "
                         "train_mask and test_mask")
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--eval", choices=("sampled",), default="sampled",
+                   help="the test nodes, neighbourhoods sampled with --fanouts (the stock "
+                        "trainer's option; layer-wise inference is not offered here)")
     return p.parse_args()
 
 

@@ -1,13 +1,17 @@
-"""Aggregate-before-map layers (dsgraph.models.order): the same function as DGL's layers,
-outputs and every gradient, in the order that takes less arithmetic for the graph at hand."""
+"""Aggregate-before-map layers (dsgraph.models.order): the same function as DGL's layers (SAGE,
+and RGCN's per-relation GraphConv), outputs and every gradient, in the order that takes less
+arithmetic for the graph at hand."""
 from __future__ import annotations
+
+import copy
 
 import dgl
 import dgl.nn as dglnn
 import pytest
 import torch
 
-from dsgraph.models.gnn import GraphSAGE, LeanSAGEConv
+from dsgraph.models.gnn import GraphSAGE, LeanGraphConv, LeanSAGEConv
+from dsgraph.models.hetero import RGCN
 from dsgraph.models.order import aggregate_first_is_cheaper
 
 
@@ -114,3 +118,67 @@ def test_graphsage_uses_the_lean_layer_with_dgls_state_dict_keys():
     stock = torch.nn.ModuleList([dglnn.SAGEConv(32, 16, "mean"), dglnn.SAGEConv(16, 4, "mean")])
     assert list(model.layers.state_dict()) == list(stock.state_dict())
     model.layers.load_state_dict(stock.state_dict())  # a stock checkpoint loads as it is
+
+
+def _hetero_blocks() -> tuple[list, dict[str, torch.Tensor], list[tuple[str, str, str]]]:
+    """Two sampled blocks (fanouts [5, 10], 40 user seeds) of a random graph with three
+    relations between users and items, and float64 input rows of each type."""
+    g = torch.Generator().manual_seed(3)
+    users, items = 2000, 1500
+
+    def rel(n_src: int, n_dst: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.randint(0, n_src, (e,), generator=g),
+                torch.randint(0, n_dst - 30, (e,), generator=g))  # some without in-edges
+
+    etypes = [("user", "buys", "item"), ("item", "bought-by", "user"),
+              ("user", "follows", "user")]
+    graph = dgl.heterograph({etypes[0]: rel(users, items, 12000),
+                             etypes[1]: rel(items, users, 12000),
+                             etypes[2]: rel(users, users, 16000)},
+                            num_nodes_dict={"user": users, "item": items})
+    torch.manual_seed(4)
+    inputs, _, blocks = dgl.dataloading.NeighborSampler([5, 10]).sample_blocks(
+        graph, {"user": torch.arange(0, 2000, 50)})
+    widths = {"user": 32, "item": 24}
+    x = {t: torch.randn(ids.numel(), widths[t], generator=g, dtype=torch.float64)
+         for t, ids in inputs.items()}
+    return blocks, x, etypes
+
+
+def _with_dgls_graphconv(model: RGCN) -> RGCN:
+    """A copy of ``model`` whose relation layers are DGL's own GraphConv, same parameters."""
+    ref = copy.deepcopy(model)
+    for layer in ref.layers:
+        for key, conv in list(layer.mods.items()):
+            stock = dglnn.GraphConv(conv._in_feats, conv._out_feats, norm="right", bias=False,
+                                    allow_zero_in_degree=True).to(torch.float64)
+            stock.load_state_dict(conv.state_dict())
+            layer.mods[key] = layer.mod_dict[key] = stock  # HeteroGraphConv calls mod_dict's
+    return ref
+
+
+def _rgcn_outputs_and_grads(model: RGCN, blocks, x) -> list[torch.Tensor]:
+    x = {t: v.clone().requires_grad_(True) for t, v in x.items()}
+    out = model(blocks, x)["user"]
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    return [out.detach()] + [x[t].grad for t in sorted(x)] + \
+        [p.grad for _, p in sorted(model.named_parameters())]
+
+
+def test_rgcn_relation_layers_equal_dgls_graphconv_in_float64_and_aggregate_first(monkeypatch):
+    blocks, x, etypes = _hetero_blocks()
+    torch.manual_seed(5)
+    model = RGCN({"user": 32, "item": 24}, 4, etypes, hidden=8, num_layers=2,
+                 dropout=0.0).to(torch.float64)
+    assert all(type(c) is LeanGraphConv for layer in model.layers for c in layer.mods.values())
+    ref = _with_dgls_graphconv(model)
+    assert list(ref.state_dict()) == list(model.state_dict())  # DGL's names: checkpoints load
+    widths = []  # the width each relation aggregates at: the input's (first) or the output's
+    real = dgl.ops.copy_u_sum
+    monkeypatch.setattr(dgl.ops, "copy_u_sum", lambda g, h: widths.append(h.shape[1]) or real(g, h))
+    got = _rgcn_outputs_and_grads(model, blocks, x)
+    # first layer (32/24 -> 8): every relation of the sampled block aggregates its raw rows,
+    # where DGL's GraphConv maps every source row first (in > out)
+    assert widths[:3] and all(w in (32, 24) for w in widths[:3]), widths
+    for a, b in zip(_rgcn_outputs_and_grads(ref, blocks, x), got, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)

@@ -119,18 +119,21 @@ class LeanGraphConv(dglnn.GraphConv):
     temporaries free each one as the next exists: three are alive at most, plus what autograd
     saves (with INT2-compressed saves, that forward transient is a GCN step's peak:
     the compression benchmark). Same parameters, same result to rounding
-    (tests/test_models.py). Other graph views (full-batch SAR, rematerialized blocks) and
-    calls with edge weights or a (src, dst) pair run GraphConv's own forward.
+    (tests/test_models.py). A (src, dst) pair, as ``HeteroGraphConv`` passes each relation,
+    takes the same path (GraphConv reads only the sources). Other graph views (full-batch SAR,
+    rematerialized blocks) and calls with edge weights run GraphConv's own forward.
     """
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
-        """As ``GraphConv.forward``; the lean path for a DGL graph and one feature tensor (its
-        sources' out-degrees from ``srcdata[SRC_OUT_DEGREES]`` when the graph carries them)."""
-        if not isinstance(graph, dgl.DGLGraph) or not isinstance(feat, torch.Tensor) \
+        """As ``GraphConv.forward``; the lean path for a DGL graph and one feature tensor or a
+        (src, dst) pair (its sources' out-degrees from ``srcdata[SRC_OUT_DEGREES]`` when the
+        graph carries them)."""
+        src = feat[0] if isinstance(feat, (tuple, list)) and len(feat) == 2 else feat
+        if not isinstance(graph, dgl.DGLGraph) or not isinstance(src, torch.Tensor) \
                 or weight is not None or edge_weight is not None \
                 or not self._allow_zero_in_degree:
             return super().forward(graph, feat, weight, edge_weight)
-        h = feat
+        h = src
         if self._norm in ("left", "both"):
             degrees = graph.srcdata[SRC_OUT_DEGREES] if SRC_OUT_DEGREES in graph.srcdata \
                 else graph.out_degrees()

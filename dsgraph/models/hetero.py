@@ -18,6 +18,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from dsgraph.models.gnn import LeanGraphConv
+
 CanonicalEtype = tuple[str, str, str]
 
 
@@ -76,7 +78,8 @@ class RelationalStack(nn.Module, abc.ABC):
 
 
 class RGCN(RelationalStack):
-    """Relational GCN (Schlichtkrull et al.): a right-normalised ``GraphConv`` per relation."""
+    """Relational GCN (Schlichtkrull et al.): a right-normalised ``GraphConv`` per relation
+    (:class:`~dsgraph.models.gnn.LeanGraphConv`: DGL's parameters and function)."""
 
     def __init__(self, in_feats: dict[str, int], num_classes: int,
                  etypes: Sequence[CanonicalEtype], hidden: int = 64, num_layers: int = 2,
@@ -85,9 +88,10 @@ class RGCN(RelationalStack):
 
     def relation_conv(self, src_width: int, dst_width: int, out_width: int,
                       last: bool) -> nn.Module:
-        """Mean of the relation's neighbours, then a linear map (no bias: the self-loop has it)."""
-        return dglnn.GraphConv(src_width, out_width, norm="right", bias=False,
-                               allow_zero_in_degree=True)
+        """Mean of the relation's neighbours and a linear map, in the cheaper order for each
+        block (no bias: the self-loop has it)."""
+        return LeanGraphConv(src_width, out_width, norm="right", bias=False,
+                             allow_zero_in_degree=True)
 
 
 class RGAT(RelationalStack):
