@@ -22,10 +22,10 @@ def test_equal_memory_budget_fills_the_headroom_over_stock_per_trainer():
     assert st.default_budget_mb(1_000_000, 2) == pytest.approx(0.25 * 500_000 * 1024 / 2 ** 20)
 
 
-def _rows(link="veth", speed=1.4, mem=1.03, dmem=1.08, acc=(0.80, 0.802, 0.798), nodes=250_000,
-          limit=1300.0):
+def _rows(link="veth", speed=1.6, mem=1.03, dmem=1.08, acc=(0.80, 0.802, 0.798), nodes=250_000,
+          limit=1300.0, hosts=2):
     """One deployment's rows and, unless ``limit`` is None, its size's limit row."""
-    base = {"size": "250k", "nodes": nodes, "hosts": 2, "parts": 2, "link": link}
+    base = {"size": "250k", "nodes": nodes, "hosts": hosts, "parts": hosts, "link": link}
     stock = {**base, "system": "stock", "variant": "stock", "samples_per_s": 1000.0,
              "job_memory_mb": 2000.0, "test_acc": acc[0]}
     rows = [stock,
@@ -45,7 +45,7 @@ def _rows(link="veth", speed=1.4, mem=1.03, dmem=1.08, acc=(0.80, 0.802, 0.798),
 def test_compare_sets_throughput_and_memory_ratios_against_the_same_deployments_stock():
     rows = _rows() + _rows(link="veth_throttled", speed=2.0)
     eq = [r for r in rows if r["variant"] == "equal_memory"]
-    assert [r["ratio_vs_stock"] for r in eq] == pytest.approx([1.4, 2.0])
+    assert [r["ratio_vs_stock"] for r in eq] == pytest.approx([1.6, 2.0])
     assert eq[0]["memory_ratio_vs_stock"] == pytest.approx(1.03)
     assert rows[0]["ratio_vs_stock"] == 1.0
 
@@ -53,9 +53,9 @@ def test_compare_sets_throughput_and_memory_ratios_against_the_same_deployments_
 def test_compare_sets_the_ratio_to_the_same_sizes_limit_row():
     rows = _rows(limit=2000.0) + _rows(nodes=1_000_000, limit=500.0)
     by = {(r["nodes"], r["variant"]): r for r in rows}
-    assert by[250_000, "equal_memory"]["ratio_vs_limit"] == pytest.approx(0.7)
+    assert by[250_000, "equal_memory"]["ratio_vs_limit"] == pytest.approx(0.8)
     assert by[250_000, "stock"]["ratio_vs_limit"] == pytest.approx(0.5)
-    assert by[1_000_000, "equal_memory"]["ratio_vs_limit"] == pytest.approx(2.8)
+    assert by[1_000_000, "equal_memory"]["ratio_vs_limit"] == pytest.approx(3.2)
     assert by[250_000, "limit"]["ratio_vs_limit"] == 1.0
     assert by[250_000, "limit"]["ratio_vs_stock"] is None  # no stock row on its deployment
     assert all(r["ratio_vs_limit"] is None for r in _rows(limit=None))
@@ -64,16 +64,17 @@ def test_compare_sets_the_ratio_to_the_same_sizes_limit_row():
 def test_targets_met_when_every_number_is_within_its_limit():
     (line,) = targets(_rows())
     assert line.startswith("**250k, 2 hosts (veth)**: all targets met.")
-    assert "missed" not in line and "1.40x" in line
+    assert "missed" not in line and "1.60x" in line
 
 
 @pytest.mark.parametrize("kw,missed", [
-    ({"speed": 1.2}, "throughput (>= 1.3x): missed"),
-    ({"link": "veth_throttled", "speed": 1.4}, "throughput (>= 1.5x): missed"),
+    ({"speed": 1.4}, "throughput (>= 1.5x): missed"),
+    ({"link": "veth_throttled", "speed": 1.9}, "throughput (>= 2x): missed"),
+    ({"hosts": 4, "speed": 1.2}, "throughput (>= 1.3x): missed"),
     ({"mem": 1.06}, "(<= 1.05x): missed"),
     ({"dmem": 1.11}, "(<= 1.1x): missed"),
     ({"acc": (0.80, 0.794, 0.80)}, "stock's (equal_memory -0.0060, defaults +0.0000): missed"),
-    ({"limit": 1500.0}, "0.93x the in-memory limit's (>= 1x): missed"),
+    ({"limit": 1700.0}, "0.94x the in-memory limit's (>= 1x): missed"),
     ({"limit": None}, "the in-memory limit's (>= 1x): not measured"),
 ])
 def test_targets_missed_names_the_target_from_the_numbers(kw, missed):
@@ -82,8 +83,10 @@ def test_targets_missed_names_the_target_from_the_numbers(kw, missed):
 
 
 def test_targets_at_the_limits_are_met_despite_float_rounding():
-    (line,) = targets(_rows(speed=1.3, mem=1.05, dmem=1.1, acc=(0.8705, 0.8655, 0.8755),
-                            limit=1300.0))
+    (line,) = targets(_rows(speed=1.5, mem=1.05, dmem=1.1, acc=(0.8705, 0.8655, 0.8755),
+                            limit=1500.0))
+    assert "all targets met" in line, line
+    (line,) = targets(_rows(hosts=4, speed=1.3, limit=1300.0))
     assert "all targets met" in line, line
 
 

@@ -34,10 +34,10 @@ Job memory is the peak summed PSS of every process of a job, as its supervisor m
 largest process's peak RSS, ``planned_peak_mb`` dsgraph's memory plan's largest process.
 Samples/s = training seeds per second summed over trainers, median over epochs 2.., then over
 repeats (default 2, with min/max). Stock, no_cache and defaults run first, repeats round-robin
-over them (the limit once per repeat); then equal_memory, whose budget needs their medians. The report states per size and
-deployment whether dsgraph met its targets (equal_memory >= 1.3x stock's throughput on veth,
-1.5x throttled, memory <= 1.05x, >= 1.0x the limit's throughput; defaults memory <= 1.1x; test
-accuracy within 0.005).
+over them (the limit once per repeat); then equal_memory, whose budget needs their medians. The
+report states per size and deployment whether dsgraph met its targets (equal_memory >= 1.5x
+stock's throughput on veth, 2x throttled, 1.3x on 4 hosts, memory <= 1.05x, >= 1.0x the limit's
+throughput; defaults memory <= 1.1x; test accuracy within 0.005).
 ``--quick``: 20k nodes (2 and 4 hosts), 1 repeat, 2 epochs.
 """
 from __future__ import annotations
