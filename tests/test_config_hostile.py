@@ -505,7 +505,8 @@ def test_train_refuses_huge_hidden_and_alias_bombs_before_allocating(tmp_path):
         assert result["rc"] == 2, result["stderr"][-3000:]
         assert len(lines) == 1 and lines[0].startswith(start), lines
         assert "Traceback" not in result["stderr"] + result["stdout"]
-        # python, torch and dgl imported (~0.4 GB); a 1e9-wide layer would be 16 GB
-        assert result["peak_mb"] < 1024, result["peak_mb"]
+        # refused before torch and DGL are imported (with them a process holds ~0.4 GB); a
+        # 1e9-wide layer would be 16 GB
+        assert result["peak_mb"] < 200, result["peak_mb"]
         assert result["seconds"] < 30, result["seconds"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.yaml"]  # nothing written

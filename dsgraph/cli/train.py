@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from dsgraph import config as config_mod
 from dsgraph.cli import command_parser
@@ -23,9 +23,9 @@ from dsgraph.curves import plot_curves
 from dsgraph.errors import cli_main
 from dsgraph.memplan import MemoryPlan, check_plan, format_plan
 from dsgraph.metrics import print_summary, read_summary, update_summary
-from dsgraph.models.registry import resolve as resolve_model
-from dsgraph.modes import plan_job, strategy_class
-from dsgraph.runs import RunFolder, run_fingerprint
+
+if TYPE_CHECKING:
+    from dsgraph.runs import RunFolder
 
 WORKER = "dsgraph.modes.worker"
 
@@ -39,6 +39,8 @@ def launch(cfg: Config, run: RunFolder, resume: bool, worker_args: Sequence[str]
     ``plan`` the job's memory plan (made and checked here if None), recorded beside the
     measured peaks.
     """
+    from dsgraph.modes import plan_job, strategy_class
+
     t0 = time.perf_counter()
     strategy = strategy_class(cfg)
     if prepared is None:
@@ -90,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         print(config_mod.format_sources(args.config, args.overrides))
         return
     cfg = config_mod.load(args.config, args.overrides)
+    # torch and DGL are imported only now (~2 s): a config refused above is refused at once
+    from dsgraph.models.registry import resolve as resolve_model
+    from dsgraph.modes import plan_job, strategy_class
+    from dsgraph.runs import RunFolder, run_fingerprint
+
     resolve_model(cfg.model.name)  # an unimportable model fails here, not in every worker
     prepared = strategy_class(cfg).prepare(cfg)
     plan = plan_job(cfg)
