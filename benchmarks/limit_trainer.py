@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,10 @@ import dgl
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce, run_epochs,
-                                         write_json_atomic)
+from benchmarks.stock_dgl_common import (EpochTally, add_common_args, all_reduce, ddp_sage,
+                                         run_epochs, seeds_line, write_json_atomic)
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,24 +55,10 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: dgl.DGLGraph,
                                         use_ddp=True)
     feat, label = g.ndata["feat"], g.ndata["label"]
     model.train()
-    loss_sum = correct = seeds_seen = batches = 0.0
-    t0 = time.perf_counter()
+    tally = EpochTally()
     for input_nodes, seeds, blocks in loader:
-        x, y = feat[input_nodes], label[seeds].long()
-        out = model(blocks, x)
-        loss = F.cross_entropy(out, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        loss_sum += loss.item() * seeds.numel()
-        correct += float((out.argmax(1) == y).sum())
-        seeds_seen += seeds.numel()
-        batches += 1
-    loop_s = all_reduce([time.perf_counter() - t0], dist.ReduceOp.MAX)[0]
-    tot = all_reduce([loss_sum, correct, seeds_seen, batches])
-    return {"samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
-            "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
-            "batches": int(tot[3]), "remote_feature_bytes": 0}
+        tally.step(opt, model(blocks, feat[input_nodes]), label[seeds].long())
+    return {**tally.record(), "remote_feature_bytes": 0}
 
 
 @torch.no_grad()
@@ -109,17 +93,11 @@ def main() -> None:
     num_classes = int(g.ndata["label"].max()) + 1
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
-    torch.manual_seed(args.seed)
-    net = StackedGNN("sage", g.ndata["feat"].shape[1], args.hidden, num_classes,
-                     args.num_layers, args.dropout)
-    model = nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    net, model, opt = ddp_sage(args, g.ndata["feat"].shape[1], num_classes)
     rate = run_epochs(
         args, rank, run_dir,
         lambda: train_epoch(model, opt, g, train_nid, fanouts, args.batch_size),
-        "samples_per_s", lambda epoch, rec: (
-            f"limit epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, loss {rec['loss']:.4f}, "
-            f"train_acc {rec['train_acc']:.4f}"))
+        "samples_per_s", seeds_line("limit"))
     test_acc = sampled_test_accuracy(net, g, test_nid, fanouts, args.eval_batch_size)
     if rank == 0:
         write_json_atomic(run_dir / "stock_summary.json", {

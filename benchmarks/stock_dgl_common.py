@@ -1,10 +1,10 @@
 """What the stock DistDGL peers (``stock_dgl_trainer``: node classification,
-``stock_dgl_link_trainer``: link prediction, ``stock_dgl_rgcn_trainer``: RGCN) share, written as
-DGL's distributed examples do it.
+``stock_dgl_link_trainer``: link prediction, ``stock_dgl_rgcn_trainer``: RGCN) and the limit
+row's plain-DGL trainer (``limit_trainer``) share, written as DGL's examples do it.
 
 Like the trainers it imports only the standard library, torch and dgl (no dsgraph code; the
 tests check the imports of all of them): the model stack, the connection, the collectives, the
-epoch loop, the exact layer-wise inference and the metrics files.
+epoch loop and its tally, the exact layer-wise inference and the metrics files.
 """
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import json
 import logging
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import dgl
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
@@ -55,6 +57,21 @@ class StackedGNN(nn.Module):
         for i, block in enumerate(blocks):
             h = self.forward_layer(i, block, h)
         return h
+
+
+def ddp_sage(args: argparse.Namespace, in_feats: int, num_classes: int
+             ) -> tuple[StackedGNN, nn.Module, torch.optim.Optimizer]:
+    """The GraphSAGE stack of ``args`` seeded with ``--seed``, its DDP wrapper, and Adam."""
+    torch.manual_seed(args.seed)
+    net = StackedGNN("sage", in_feats, args.hidden, num_classes, args.num_layers, args.dropout)
+    model = nn.parallel.DistributedDataParallel(net)
+    return net, model, torch.optim.Adam(model.parameters(), lr=args.lr)
+
+
+def seeds_line(name: str) -> Callable[[int, dict[str, Any]], str]:
+    """The console line of a node-classification epoch of trainer ``name``."""
+    return lambda epoch, rec: (f"{name} epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, "
+                               f"loss {rec['loss']:.4f}, train_acc {rec['train_acc']:.4f}")
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +117,34 @@ def all_reduce(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> li
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t, op=op)
     return t.tolist()
+
+
+class EpochTally:
+    """A classification epoch's clock and running sums (loss, correct, seeds, batches); its
+    record is summed over all trainers."""
+
+    def __init__(self) -> None:
+        self.sums = [0.0, 0.0, 0.0, 0.0]
+        self.t0 = time.perf_counter()
+
+    def step(self, opt: torch.optim.Optimizer, out: torch.Tensor, y: torch.Tensor) -> None:
+        """Cross-entropy of ``out`` against ``y``, one optimizer step, the batch counted."""
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        n = float(y.numel())
+        for i, v in enumerate((loss.item() * n, float((out.argmax(1) == y).sum()), n, 1.0)):
+            self.sums[i] += v
+
+    def record(self) -> dict[str, Any]:
+        """Seeds per second (over the slowest trainer's loop), loop time, mean loss, training
+        accuracy and batches, over all trainers. Collective: every trainer calls it."""
+        loop_s = all_reduce([time.perf_counter() - self.t0], dist.ReduceOp.MAX)[0]
+        tot = all_reduce(self.sums)
+        return {"samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
+                "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
+                "batches": int(tot[3])}
 
 
 # Label rows read per pull when counting classes (bounds each RPC message).

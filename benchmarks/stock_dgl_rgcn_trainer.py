@@ -21,19 +21,18 @@ fanouts. Rank 0 writes ``stock_metrics.jsonl`` (one line per epoch) and ``stock_
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 import dgl
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
-from benchmarks.stock_dgl_common import (add_common_args, all_reduce, connect, count_classes,
-                                         disconnect, run_epochs, write_json_atomic)
+from benchmarks.stock_dgl_common import (EpochTally, add_common_args, all_reduce, connect,
+                                         count_classes, disconnect, run_epochs,
+                                         write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -138,27 +137,12 @@ def train_epoch(model: nn.Module, inputs: InputLayer, opt: torch.optim.Optimizer
                 target: str) -> dict[str, float]:
     """One pass over this trainer's training nodes; metrics combined over all trainers."""
     model.train()
-    loss_sum = correct = seeds_seen = batches = 0.0
-    t0 = time.perf_counter()
+    tally = EpochTally()
     for input_nodes, seeds, blocks in loader:
-        seeds = seeds[target]
-        y = label[seeds].long()
-        out = model(blocks, inputs(input_nodes))[target]
-        loss = F.cross_entropy(out, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        tally.step(opt, model(blocks, inputs(input_nodes))[target], label[seeds[target]].long())
         if sparse_opt is not None:
             sparse_opt.step()  # collective: every trainer steps once per batch
-        loss_sum += loss.item() * seeds.numel()
-        correct += float((out.argmax(1) == y).sum())
-        seeds_seen += seeds.numel()
-        batches += 1
-    loop_s = all_reduce([time.perf_counter() - t0], dist.ReduceOp.MAX)[0]
-    tot = all_reduce([loss_sum, correct, seeds_seen, batches])
-    return {"samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
-            "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
-            "batches": int(tot[3])}
+    return tally.record()
 
 
 @torch.no_grad()

@@ -21,20 +21,19 @@ folder.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
 import dgl
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
 
-from benchmarks.stock_dgl_common import (StackedGNN, add_common_args, all_reduce, connect,
-                                         count_classes, disconnect, layerwise_inference,
-                                         run_epochs, write_json_atomic)
+from benchmarks.stock_dgl_common import (EpochTally, add_common_args, all_reduce, connect,
+                                         count_classes, ddp_sage, disconnect,
+                                         layerwise_inference, run_epochs, seeds_line,
+                                         write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -57,26 +56,13 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: Any, train_nid:
     loader = DistNodeDataLoader(g, train_nid, sampler, batch_size=batch_size, shuffle=True,
                                 drop_last=False)
     model.train()
-    loss_sum = correct = seeds_seen = batches = remote_rows = 0.0
-    t0 = time.perf_counter()
+    tally, remote_rows = EpochTally(), 0.0
     with model.join():  # trainers may have unequal batch counts
         for input_nodes, seeds, blocks in loader:
             remote_rows += float((pb.nid2partid(input_nodes) != pb.partid).sum())
-            x, y = feat[input_nodes], label[seeds].long()
-            out = model(blocks, x)
-            loss = F.cross_entropy(out, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            loss_sum += loss.item() * seeds.numel()
-            correct += float((out.argmax(1) == y).sum())
-            seeds_seen += seeds.numel()
-            batches += 1
-    loop_s = all_reduce([time.perf_counter() - t0], dist.ReduceOp.MAX)[0]
-    tot = all_reduce([loss_sum, correct, seeds_seen, batches, remote_rows * row_bytes])
-    return {"samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
-            "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
-            "batches": int(tot[3]), "remote_feature_bytes": int(tot[4])}
+            tally.step(opt, model(blocks, feat[input_nodes]), label[seeds].long())
+    return {**tally.record(),
+            "remote_feature_bytes": int(all_reduce([remote_rows * row_bytes])[0])}
 
 
 def accuracy(pred: Any, g: Any, ids: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -118,18 +104,12 @@ def main() -> None:
         num_classes = count_classes(g.ndata["label"], g.num_nodes(), rank, world)
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
-    torch.manual_seed(args.seed)
-    net = StackedGNN("sage", g.ndata["feat"].shape[1], args.hidden, num_classes,
-                     args.num_layers, args.dropout)
-    model = nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    net, model, opt = ddp_sage(args, g.ndata["feat"].shape[1], num_classes)
 
     rate = run_epochs(
         args, rank, run_dir,
         lambda: train_epoch(model, opt, g, ids["train"], fanouts, args.batch_size),
-        "samples_per_s", lambda epoch, rec: (
-            f"stock epoch {epoch}: {rec['samples_per_s']:.0f} seeds/s, loss {rec['loss']:.4f}, "
-            f"train_acc {rec['train_acc']:.4f}"))
+        "samples_per_s", seeds_line("stock"))
 
     if args.eval == "sampled":
         acc = {"val_acc": None, **sampled_test_accuracy(net, g, ids["test"], fanouts,
