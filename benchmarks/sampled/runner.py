@@ -53,7 +53,7 @@ def _run(setting: Setting, base: list[str], tmp: Path, run_name: str,
     stock = setting.system == "stock"
     args = _stock_args(cfg) + (["--gloo-ifname", LINK] if cfg.cluster.netns else [])
     if setting.system == "dgl":  # evaluates sampled neighbourhoods of the test nodes only
-        m = jobs.measured_limit_job(cfg, tmp / run_name, tmp / WHOLE_GRAPH, _stock_args(cfg),
+        m = jobs.measured_limit_job(cfg, tmp / run_name, tmp / WHOLE_GRAPH, args,
                                     setting.trainers)
     else:
         m = jobs.measured_job(cfg, tmp / run_name, STOCK_TRAINER if stock else None, args,
@@ -102,8 +102,9 @@ def run(quick: bool) -> Path:
             lambda s, i, r, host_sets: _run(s, base, tmp, f"run{i}-{r}", host_sets),
             lambda got: f"{got['samples_per_s']:,.0f} seeds/s")
     rows = {s.name: _row(s, runs[s.name]) for s in rows_run}
+    lim = limit_row(rows.values())
     for row in rows.values():
-        ref, lim = stock_row(rows.values(), row["link"]), limit_row(rows.values())
+        ref = stock_row(rows.values(), row["link"])
         row["ratio_vs_stock"] = row["samples_per_s"] / ref["samples_per_s"] if ref else None
         row["ratio_vs_limit"] = row["samples_per_s"] / lim["samples_per_s"] if lim else None
         report.add(row)
