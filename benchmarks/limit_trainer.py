@@ -27,7 +27,8 @@ import torch.distributed as dist
 from torch import nn
 
 from benchmarks.stock_dgl_common import (EpochTally, add_common_args, all_reduce, ddp_sage,
-                                         run_epochs, seeds_line, write_json_atomic)
+                                         run_epochs, seeds_line, timed_batches,
+                                         write_json_atomic)
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,9 +46,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: dgl.DGLGraph,
-                train_nid: torch.Tensor, fanouts: list[int], batch_size: int
-                ) -> dict[str, float]:
-    """One pass over this process's share of the training nodes; metrics summed over all."""
+                train_nid: torch.Tensor, fanouts: list[int], batch_size: int,
+                profile: bool = False) -> dict[str, float]:
+    """One pass over this process's share of the training nodes; metrics summed over all
+    (``profile``: with the epoch's phases)."""
     # DGL's DDP loader shuffles with numpy: seed it from the epoch's torch seed (run_epochs).
     np.random.seed(torch.initial_seed() % 2**32)
     loader = dgl.dataloading.DataLoader(g, train_nid, dgl.dataloading.NeighborSampler(fanouts),
@@ -55,9 +57,9 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: dgl.DGLGraph,
                                         use_ddp=True)
     feat, label = g.ndata["feat"], g.ndata["label"]
     model.train()
-    tally = EpochTally()
-    for input_nodes, seeds, blocks in loader:
-        tally.step(opt, model(blocks, feat[input_nodes]), label[seeds].long())
+    tally = EpochTally(profile)
+    for input_nodes, seeds, blocks in timed_batches(loader):
+        tally.batch(model, opt, blocks, feat, label, input_nodes, seeds)
     return {**tally.record(), "remote_feature_bytes": 0}
 
 
@@ -96,7 +98,7 @@ def main() -> None:
     net, model, opt = ddp_sage(args, g.ndata["feat"].shape[1], num_classes)
     rate = run_epochs(
         args, rank, run_dir,
-        lambda: train_epoch(model, opt, g, train_nid, fanouts, args.batch_size),
+        lambda: train_epoch(model, opt, g, train_nid, fanouts, args.batch_size, args.phases),
         "samples_per_s", seeds_line("limit"))
     test_acc = sampled_test_accuracy(net, g, test_nid, fanouts, args.eval_batch_size)
     if rank == 0:

@@ -2,8 +2,9 @@
 ``stock_dgl_link_trainer``: link prediction, ``stock_dgl_rgcn_trainer``: RGCN) and the limit
 row's plain-DGL trainer (``limit_trainer``) share, written as DGL's examples do it.
 
-Like the trainers it imports only the standard library, torch and dgl (no dsgraph code; the
-tests check the imports of all of them): the model stack, the connection, the collectives, the
+Like the trainers it imports only the standard library, torch and dgl (no dsgraph code but the
+phase clock, dsgraph.phases, the one instrument both sides are timed with; the tests check the
+imports of all of them): the model stack, the connection, the collectives, the
 epoch loop and its tally, the exact layer-wise inference and the metrics files.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import dgl
 import torch
@@ -23,6 +24,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from dgl.dataloading import DistNodeDataLoader
 from torch import nn
+
+from dsgraph.phases import EpochPhases, epoch_record, phase
 
 
 class StackedGNN(nn.Module):
@@ -86,6 +89,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-batch-size", type=int, default=4096)
+    p.add_argument("--phases", action="store_true",
+                   help="time each epoch's phases into its record (dsgraph.phases)")
     p.add_argument("--gloo-ifname", default=None,
                    help="network interface for gloo (GLOO_SOCKET_IFNAME), as a user exports it "
                         "on hosts whose hostname does not resolve to the cluster network")
@@ -119,20 +124,48 @@ def all_reduce(values: list[float], op: dist.ReduceOp = dist.ReduceOp.SUM) -> li
     return t.tolist()
 
 
+def timed_batches(loader: Iterable) -> Iterator:
+    """``loader``'s mini-batches, the making of each (sampling and block building, in this
+    process) timed as the ``sample`` phase while a profile runs (``--phases``)."""
+    batches = iter(loader)
+    while True:
+        with phase("sample"):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
+
+
 class EpochTally:
     """A classification epoch's clock and running sums (loss, correct, seeds, batches); its
-    record is summed over all trainers."""
+    record is summed over all trainers. With ``profile`` it also times the epoch's phases
+    (``phases`` of the record: dsgraph.phases, the instrument dsgraph's ``train.profile``
+    uses; rank 0 reads the servers' CPU)."""
 
-    def __init__(self) -> None:
+    def __init__(self, profile: bool = False) -> None:
         self.sums = [0.0, 0.0, 0.0, 0.0]
+        self.phases = EpochPhases(dist.get_rank() == 0) if profile else None
         self.t0 = time.perf_counter()
+
+    def batch(self, model: nn.Module, opt: torch.optim.Optimizer, blocks: list, feat: Any,
+              label: Any, input_nodes: torch.Tensor, seeds: torch.Tensor) -> None:
+        """One training step on a sampled batch: its input features and seed labels read from
+        ``feat`` / ``label`` (DistTensors or in-memory), forward, :meth:`step`."""
+        with phase("gather"):
+            x, y = feat[input_nodes], label[seeds].long()
+        with phase("forward"):
+            out = model(blocks, x)
+        self.step(opt, out, y)
 
     def step(self, opt: torch.optim.Optimizer, out: torch.Tensor, y: torch.Tensor) -> None:
         """Cross-entropy of ``out`` against ``y``, one optimizer step, the batch counted."""
-        loss = F.cross_entropy(out, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        with phase("forward"):
+            loss = F.cross_entropy(out, y)
+        with phase("backward"):
+            opt.zero_grad()
+            loss.backward()
+        with phase("optimizer"):
+            opt.step()
         n = float(y.numel())
         for i, v in enumerate((loss.item() * n, float((out.argmax(1) == y).sum()), n, 1.0)):
             self.sums[i] += v
@@ -140,11 +173,13 @@ class EpochTally:
     def record(self) -> dict[str, Any]:
         """Seeds per second (over the slowest trainer's loop), loop time, mean loss, training
         accuracy and batches, over all trainers. Collective: every trainer calls it."""
+        spent = self.phases.values() if self.phases is not None else None
         loop_s = all_reduce([time.perf_counter() - self.t0], dist.ReduceOp.MAX)[0]
         tot = all_reduce(self.sums)
         return {"samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
                 "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
-                "batches": int(tot[3])}
+                "batches": int(tot[3]),
+                **(epoch_record(all_reduce(spent), tot[2]) if spent else {})}
 
 
 # Label rows read per pull when counting classes (bounds each RPC message).

@@ -2,8 +2,9 @@
 
 It follows the logic of DGL's own distributed GraphSAGE example
 (examples/distributed/graphsage/node_classification.py in dmlc/dgl) and contains no dsgraph
-code: it imports only the standard library, torch, numpy, dgl and what the stock peers share
-(``benchmarks.stock_dgl_common``, itself only stdlib, torch and dgl). The benchmark launches it
+code: it imports only the standard library, torch, numpy, dgl, what the stock peers share
+(``benchmarks.stock_dgl_common``, itself only stdlib, torch and dgl) and the phase clock both
+sides are timed with (``dsgraph.phases``, with ``--phases``). The benchmark launches it
 as ``python -m benchmarks.stock_dgl_trainer --run-dir RUN ...`` through
 ``dsgraph.cluster.dgl_job.run_dgl_job(..., stock=True)``, which sets DGL's environment
 (DGL_IP_CONFIG, DGL_CONF_PATH, DGL_ROLE, ...) and torch.distributed's env:// variables.
@@ -33,7 +34,7 @@ from torch import nn
 from benchmarks.stock_dgl_common import (EpochTally, add_common_args, all_reduce, connect,
                                          count_classes, ddp_sage, disconnect,
                                          layerwise_inference, run_epochs, seeds_line,
-                                         write_json_atomic)
+                                         timed_batches, write_json_atomic)
 
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer."""
@@ -47,8 +48,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: Any, train_nid: torch.Tensor,
-                fanouts: list[int], batch_size: int) -> dict[str, float]:
-    """One pass over this trainer's training nodes; metrics combined over all trainers."""
+                fanouts: list[int], batch_size: int, profile: bool = False) -> dict[str, float]:
+    """One pass over this trainer's training nodes; metrics combined over all trainers
+    (``profile``: with the epoch's phases)."""
     pb = g.get_partition_book()
     feat, label = g.ndata["feat"], g.ndata["label"]
     row_bytes = feat.shape[1] * torch.empty((), dtype=feat.dtype).element_size()
@@ -56,11 +58,11 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, g: Any, train_nid:
     loader = DistNodeDataLoader(g, train_nid, sampler, batch_size=batch_size, shuffle=True,
                                 drop_last=False)
     model.train()
-    tally, remote_rows = EpochTally(), 0.0
+    tally, remote_rows = EpochTally(profile), 0.0
     with model.join():  # trainers may have unequal batch counts
-        for input_nodes, seeds, blocks in loader:
+        for input_nodes, seeds, blocks in timed_batches(loader):
             remote_rows += float((pb.nid2partid(input_nodes) != pb.partid).sum())
-            tally.step(opt, model(blocks, feat[input_nodes]), label[seeds].long())
+            tally.batch(model, opt, blocks, feat, label, input_nodes, seeds)
     return {**tally.record(),
             "remote_feature_bytes": int(all_reduce([remote_rows * row_bytes])[0])}
 
@@ -108,7 +110,7 @@ def main() -> None:
 
     rate = run_epochs(
         args, rank, run_dir,
-        lambda: train_epoch(model, opt, g, ids["train"], fanouts, args.batch_size),
+        lambda: train_epoch(model, opt, g, ids["train"], fanouts, args.batch_size, args.phases),
         "samples_per_s", seeds_line("stock"))
 
     if args.eval == "sampled":

@@ -28,6 +28,7 @@ from dsgraph.memplan import MemoryPlan
 from dsgraph.metrics import MetricsLog, format_metric
 from dsgraph.models.registry import build_model
 from dsgraph.native import kernels_available
+from dsgraph.phases import phase
 from dsgraph.procstats import peak_rss_mb, rss_mb
 from dsgraph.runs import RunFolder
 from dsgraph.tasks import Task, task_class
@@ -166,16 +167,19 @@ class Trainer:
         """
         assert self.model is not None and self.optimizer is not None
         t0 = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        with phase("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
         t1 = time.perf_counter()
-        params = self.model.parameters()
-        if self.strategy.sync_grads:
-            dist.allreduce_grads(params)
-        if self.cfg.train.grad_clip > 0:  # after the sum: every rank clips the same gradient
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
+        with phase("allreduce"):
+            params = self.model.parameters()
+            if self.strategy.sync_grads:
+                dist.allreduce_grads(params)
+            if self.cfg.train.grad_clip > 0:  # after the sum: every rank clips the same gradient
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.grad_clip)
         t2 = time.perf_counter()
-        self.optimizer.step()
+        with phase("optimizer"):
+            self.optimizer.step()
         if timers is not None:
             for key, dt in (("backward_s", t1 - t0), ("allreduce_s", t2 - t1),
                             ("step_s", time.perf_counter() - t2)):

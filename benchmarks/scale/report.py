@@ -112,9 +112,54 @@ def _x(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
+def table_rows(records: list[dict]) -> list[dict]:
+    """The records of the main table (the breakdown's, which carry a ``phase``, apart)."""
+    return [r for r in records if "phase" not in r]
+
+
+# The breakdown's columns, in this order where a size has them: (hosts, link, variant).
+_BREAKDOWN_ORDER = [(2, "veth", v) for v in ("stock", "equal_memory", "defaults", "no_cache")] \
+    + [(2, "veth_throttled", v) for v in ("stock", "equal_memory", "defaults", "no_cache")] \
+    + [(4, "veth", v) for v in ("stock", "equal_memory", "defaults", "no_cache")] \
+    + [(1, "local", "limit")]
+
+
+def breakdown_tables(records: list[dict]) -> list[str]:
+    """Per size with breakdown records, a markdown table: one line per phase, one column per
+    row of the main table, CPU seconds per 1,000 training seeds (``wait``: wall seconds)."""
+    out = []
+    sizes = sorted({r["nodes"] for r in records if "phase" in r})
+    for nodes in sizes:
+        cells: dict[tuple, dict[str, Optional[float]]] = {}
+        phases: list[str] = []
+        for r in records:
+            if "phase" in r and r["nodes"] == nodes:
+                cells.setdefault((r["hosts"], r["link"], r["variant"]), {})[r["phase"]] = \
+                    r["cpu_s_per_1k_seeds"]
+                if r["phase"] not in phases:
+                    phases.append(r["phase"])
+        cols = [c for c in _BREAKDOWN_ORDER if c in cells]
+        size = next(r.get("size", nodes) for r in records if r["nodes"] == nodes)
+        head = ["phase"] + [("limit" if v == "limit" else f"{v}, {h} hosts {link}")
+                            for h, link, v in cols]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for ph in phases + ["cpu total"]:
+            vals = [sum(x or 0.0 for k, x in cells[c].items() if k != "wait")
+                    if ph == "cpu total" else cells[c].get(ph) for c in cols]
+            lines.append(f"| {ph} | " + " | ".join("" if v is None else f"{v:.3f}"
+                                                  for v in vals) + " |")
+        out.append(f"**Where the seconds go at {size}** (dsgraph.phases; CPU seconds per 1,000 "
+                   "training seeds summed over trainers, median over epochs 2.. and repeats; "
+                   "`wait`: wall seconds inside sampling and feature gathering not on the "
+                   "thread's CPU; `other`: the trainers' CPU outside every phase, e.g. RPC and "
+                   "gloo threads; `servers`: the DistGraph servers' CPU):\n\n"
+                   + "\n".join(lines))
+    return out
+
+
 def _notes(payload: dict) -> list[str]:
-    """Target lines, then budgets, carried sizes and skipped deployments."""
-    notes = targets(payload["records"])
+    """Target lines, the breakdown tables, then carried sizes and skipped deployments."""
+    notes = targets(table_rows(payload["records"])) + breakdown_tables(payload["records"])
     for size, runs_date in payload.get("carried", {}).items():
         notes.append(f"Size **{size}** carried from the run of {runs_date}.")
     for dep, why in payload.get("skipped", {}).items():
@@ -149,7 +194,8 @@ def _plot(rows: list[dict], fig: Any) -> None:
     ax1.legend(fontsize=6)
 
 
-VIEW = View("scale", TITLE, COLUMNS, KEY, plot=_plot, notes=_notes, figsize=(12.0, 5.0))
+VIEW = View("scale", TITLE, COLUMNS, KEY, rows=table_rows, plot=_plot, notes=_notes,
+            figsize=(12.0, 5.0))
 
 
 def render(quick: bool = False) -> Path:

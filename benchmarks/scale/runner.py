@@ -41,7 +41,8 @@ def _stock_args(cfg) -> list[str]:
     return ["--fanouts", ",".join(str(f) for f in s.fanouts), "--batch-size", str(s.batch_size),
             "--epochs", str(t.epochs), "--hidden", str(m.get("hidden", 128)),
             "--num-layers", str(m.get("num_layers", 2)), "--lr", str(t.lr), "--seed", str(t.seed),
-            "--eval-batch-size", str(s.eval_batch_size), "--eval", "sampled"]
+            "--eval-batch-size", str(s.eval_batch_size), "--eval", "sampled",
+            *(["--phases"] if t.profile else [])]
 
 
 def _job(variant: str, sets: list[str], tmp: Path, parts: int, run_name: str) -> dict:
@@ -71,16 +72,48 @@ def _figures(m: jobs.Measured) -> dict:
             "planned_peak_mb": m.summary.get("planned_peak_mb"),
             "cache_hit_rate": m.steady("cache_hit_rate"),
             "remote_feature_bytes": m.steady("remote_feature_bytes"),
-            "load1": m.load1, "wall_s": m.wall_s}
+            "load1": m.load1, "wall_s": m.wall_s, "phases": _phases(m.epochs)}
+
+
+def _phases(epochs: list[dict]) -> Optional[dict]:
+    """Seconds per 1,000 seeds of each phase (dsgraph.phases), median over epochs 2.., or None
+    where the job did not time them."""
+    steady = [e["phases"] for e in (epochs[1:] or epochs) if e.get("phases")]
+    if not steady:
+        return None
+    return {k: median(p[k] for p in steady) if all(p[k] is not None for p in steady) else None
+            for k in steady[0]}
+
+
+def _breakdown(row: dict, runs: list[dict]) -> list[dict]:
+    """``row``'s breakdown records: one per phase, its median over the runs (``phase``,
+    ``cpu_s_per_1k_seeds``; ``wait`` is wall seconds), beside the row's identifying keys."""
+    timed = [r["phases"] for r in runs if r.get("phases")]
+    if not timed:
+        return []
+    ident = {k: row[k] for k in ("size", "system", "variant", "nodes", "hosts", "link")}
+    out = []
+    for phase in timed[0]:
+        values = [t[phase] for t in timed if t.get(phase) is not None]
+        out.append({**ident, "phase": phase,
+                    "cpu_s_per_1k_seeds": median(values) if values else None,
+                    "cpu_s_per_1k_seeds_min": min(values) if values else None,
+                    "cpu_s_per_1k_seeds_max": max(values) if values else None})
+    return out
 
 
 def _row(size: st.Size, dep: st.Deployment, variant: str, runs: list[dict],
          budget_mb: Optional[float]) -> dict:
     """One table row: the medians over a row's runs, with the spread of the throughput."""
-    return jobs.median_row({"size": size.name, "system": "stock" if variant == "stock"
-                            else "dsgraph", "variant": variant, "nodes": size.nodes,
-                            "hosts": dep.hosts, "parts": dep.hosts, "link": dep.link,
-                            "feature_memory_mb": budget_mb}, runs)
+    return _median_row({"size": size.name, "system": "stock" if variant == "stock"
+                        else "dsgraph", "variant": variant, "nodes": size.nodes,
+                        "hosts": dep.hosts, "parts": dep.hosts, "link": dep.link,
+                        "feature_memory_mb": budget_mb}, runs)
+
+
+def _median_row(row: dict, runs: list[dict]) -> dict:
+    """:func:`jobs.median_row` of the runs' figures (their phases go to :func:`_breakdown`)."""
+    return jobs.median_row(row, [{k: v for k, v in r.items() if k != "phases"} for r in runs])
 
 
 def _budget(variant: str, size: st.Size, dep: st.Deployment,
@@ -141,10 +174,14 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
                               f"{got['job_memory_mb'] or 0:,.0f} MiB", flush=True)
     rows = [_row(size, dep, v, runs[dep, v], _budget(v, size, dep, budgets))
             for dep in hosts for v in st.VARIANTS if (dep, v) in runs]
-    rows.append(jobs.median_row({"size": size.name, "system": "dgl", "variant": "limit",
-                                 "nodes": size.nodes, "hosts": 1, "parts": 1, "link": "local",
-                                 "feature_memory_mb": None}, limit_runs))
-    return compare(rows)
+    rows.append(_median_row({"size": size.name, "system": "dgl", "variant": "limit",
+                             "nodes": size.nodes, "hosts": 1, "parts": 1, "link": "local",
+                             "feature_memory_mb": None}, limit_runs))
+    compare(rows)
+    timed = {(r["hosts"], r["link"], r["variant"]): r for r in rows}
+    every = {**{(dep.hosts, dep.link, v): got for (dep, v), got in runs.items()},
+             (1, "local", "limit"): limit_runs}
+    return rows + [b for key, got in every.items() for b in _breakdown(timed[key], got)]
 
 
 def _hosts(stack: contextlib.ExitStack, sizes: dict[str, st.Size]

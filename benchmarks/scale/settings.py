@@ -63,7 +63,8 @@ def deployments(size: Size) -> list[Deployment]:
 
 def base_sets(size: Size, epochs: int, cache_dir: Path, quick: bool) -> list[str]:
     """The overrides every job of ``size`` shares: the synthetic graph, small splits (an epoch
-    is ~20-40 batches per trainer), one evaluation of sampled neighbourhoods after training."""
+    is ~20-40 batches per trainer), one evaluation of sampled neighbourhoods after training,
+    each epoch's phases timed (a few clock reads per batch) for the breakdown."""
     n = size.nodes
     fracs = (0.5, 0.05, 0.1) if quick else (TRAIN_NODES / n, VAL_NODES / n, TEST_NODES / n)
     return [f"dataset.num_nodes={n}", f"dataset.feat_dim={FEAT_DIM}",
@@ -71,7 +72,7 @@ def base_sets(size: Size, epochs: int, cache_dir: Path, quick: bool) -> list[str
             f"dataset.train_frac={fracs[0]:.6g}", f"dataset.val_frac={fracs[1]:.6g}",
             f"dataset.test_frac={fracs[2]:.6g}", f"train.epochs={epochs}",
             "train.eval_every=0", "train.timeout_s=3600", "sampled.eval=sampled",
-            "cluster.trainers_per_machine=1"]
+            "cluster.trainers_per_machine=1", "train.profile=true"]
 
 
 def variant_sets(variant: str, budget_mb: Optional[float] = None) -> list[str]:

@@ -146,6 +146,11 @@ class TrainConfig:
     collective_timeout_s: float = opt(600.0, "limit of one gloo operation: a dead peer fails "
                                              "the job instead of hanging it", gt=0,
                                       cap=MAX_TIMEOUT_S)
+    profile: bool = opt(False, "`sampled`: each epoch's record gains `phases`, the CPU "
+                               "seconds per 1,000 seeds of sampling, block building, feature "
+                               "gather, forward, backward, all-reduce, optimizer, other threads "
+                               "and the servers, and the wall seconds waiting on them "
+                               "(dsgraph.phases)")
 
 
 @dataclass

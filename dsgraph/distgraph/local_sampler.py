@@ -21,6 +21,8 @@ import dgl
 import torch
 from dgl.dataloading import NeighborSampler
 
+from dsgraph.phases import phase
+
 # srcdata key of the input nodes' local ids on a batch sampled wholly in the partition.
 LOCAL_ID = "_local_id"
 
@@ -137,7 +139,8 @@ class LocalHaloSampler(NeighborSampler):
             else:
                 in_partition = False
                 frontier = local_frontier(g, self.index, seed_nodes, fanout)
-                block = dgl.to_block(frontier, seed_nodes)
+                with phase("block"):
+                    block = dgl.to_block(frontier, seed_nodes)
                 block.edata[dgl.EID] = frontier.edata[dgl.EID]
             seed_nodes = block.srcdata[dgl.NID]
             blocks.insert(0, block)

@@ -15,8 +15,11 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
+
+from dsgraph import phases
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,3 +122,16 @@ def epochs(run: Path) -> list[dict]:
 def summary(run: Path) -> dict:
     """The run's summary (metrics.json)."""
     return json.loads((run / "metrics.json").read_text())
+
+
+def check_phases(lines: list[dict]) -> None:
+    """``train.profile``'s phases are per 1,000 seeds: the job's CPU in an epoch (trainers'
+    phases and other threads, servers) fits in the machine's cores over the epoch's seconds,
+    and the trainers' own work is most of it."""
+    for r in lines:
+        ph, seeds = r["phases"], r["samples_per_s"] * r["epoch_s"]
+        assert list(ph) == list(phases.RECORD_KEYS), ph
+        assert all(v >= 0 for v in ph.values()) and ph["servers"] is not None, ph
+        assert min(ph["sample"], ph["block"], ph["gather"], ph["forward"], ph["backward"]) > 0, ph
+        cpu_s = sum(v for k, v in ph.items() if k != "wait") * seeds / 1000
+        assert 0.5 * r["epoch_s"] <= cpu_s <= 1.1 * os.cpu_count() * r["epoch_s"], (cpu_s, r)

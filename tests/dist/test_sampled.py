@@ -87,8 +87,9 @@ def test_stock_dgl_serves_wrong_features_without_the_compat_fix(tmp_path):
 def test_training_reaches_accuracy_aim_and_writes_run_folder(tmp_path):
     # The default configuration itself (100k nodes, 2 partitions, 2 trainers), as `make demo` runs it.
     jobs.partition_default(tmp_path, size=())
-    run = jobs.train_default(tmp_path, "run", "train.epochs=4", size=())
+    run = jobs.train_default(tmp_path, "run", "train.epochs=4", "train.profile=true", size=())
     summary, lines = jobs.summary(run), jobs.epochs(run)
+    jobs.check_phases(lines)
     assert [r["epoch"] for r in lines] == [1, 2, 3, 4]
     assert lines[-1]["loss"] < lines[0]["loss"]
     assert summary["test_acc"] >= 0.85, summary

@@ -35,6 +35,8 @@ EPOCHS, HITS_K = 3, 50
 STDLIB = {"__future__", "argparse", "json", "logging", "os", "statistics", "time", "pathlib",
           "typing", "sys"}
 COMMON = "benchmarks.stock_dgl_common"  # what the stock peers share, held to the same rule
+# The one instrument both sides are timed with (--phases / train.profile): standard library only.
+CLOCK = "dsgraph.phases"
 
 
 def imported_modules(path: str) -> set[str]:
@@ -55,9 +57,19 @@ def imported_modules(path: str) -> set[str]:
 def test_stock_trainers_import_no_dsgraph_code(module):
     # DGL's example logic on the unpatched runtime: nothing of dsgraph (its patches, its
     # samplers, its caches) may reach a stock process, not even through a shared module
-    imported = imported_modules(module.__file__) - {COMMON}
+    imported = imported_modules(module.__file__) - {COMMON, CLOCK}
     tops = {name.split(".")[0] for name in imported}
     assert tops <= STDLIB | {"dgl", "torch", "numpy"}, imported
+
+
+@pytest.mark.fast
+def test_the_phase_clock_the_stock_peers_import_brings_no_dsgraph_code():
+    import dsgraph
+    import dsgraph.phases as clock
+    # (and DGL's sampler module, whose block building it times once a profile starts)
+    assert imported_modules(clock.__file__) <= STDLIB | {"contextlib", "threading",
+                                                         "dgl.dataloading.neighbor_sampler"}
+    assert imported_modules(dsgraph.__file__) == set()  # the package itself imports nothing
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from dsgraph.cluster import dgl_compat
 from dsgraph.cluster.dgl_job import run_dgl_job
 from dsgraph.config import ClusterConfig, DatasetConfig
 from dsgraph.data.synthetic import generate
+from tests.dist import jobs
 
 BATCH, CLASSES, EPOCHS = 64, 4, 3
 
@@ -44,7 +45,7 @@ def test_stock_trainer_trains_one_partition_two_trainers(tmp_path):
     run_dgl_job(run, tmp_path / "parts" / "graph.json", ClusterConfig(trainers_per_machine=2),
                 "benchmarks.stock_dgl_trainer",
                 ["--epochs", str(EPOCHS), "--batch-size", str(BATCH), "--fanouts", "5,10",
-                 "--hidden", "32", "--eval-batch-size", "1024"],
+                 "--hidden", "32", "--eval-batch-size", "1024", "--phases"],
                 timeout_s=90, stock=True)
     other.join()
     assert released, "the job started while another stock job held the host"
@@ -63,6 +64,7 @@ def test_stock_trainer_trains_one_partition_two_trainers(tmp_path):
         assert r["remote_feature_bytes"] == 0  # one partition: every feature row is local
         assert 0.0 <= r["train_acc"] <= 1.0 and math.isfinite(r["loss"])
     assert lines[-1]["loss"] < lines[0]["loss"]
+    jobs.check_phases(lines)  # timed with the clock dsgraph's trainer uses
     assert summary["epochs"] == EPOCHS and summary["num_parts"] == 1 and summary["trainers"] == 2
     assert summary["samples_per_s"] > 0
     # Chance is 1/4 = 0.25. The graph (homophily 0.85, mean degree 10) is learnable from its

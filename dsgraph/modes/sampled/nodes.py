@@ -26,6 +26,7 @@ from dsgraph.distgraph.features import CachedFeatures, feature_cache
 from dsgraph.distgraph.local_sampler import LOCAL_ID, LocalHaloSampler, LocalIndex, SampleCounter
 from dsgraph.errors import ConfigError
 from dsgraph.models.registry import probe_model
+from dsgraph.phases import phase
 from dsgraph.partition import partition_json
 from dsgraph.modes.sampled.source import (PRESAMPLE_BATCHES, Batch, BatchSource, FanoutBlocks,
                                           check_fanouts, fanouts_message, homogeneous_inputs,
@@ -79,10 +80,13 @@ class NodeBatches(BatchSource):
         def batches() -> Iterator[Batch]:
             for input_nodes, seeds, blocks in self.sample(order):
                 lids = blocks[0].srcdata.pop(LOCAL_ID, None)  # sampled wholly in the partition
-                self.counter.add(blocks, all_local=lids is not None)
-                x, blocks = homogeneous_inputs(self.cfg, self.feat, self.pb, input_nodes, lids,
-                                               blocks)
-                yield Batch(seeds.numel(), x, blocks, self.task.target(self.label[seeds]))
+                with phase("sample"):
+                    self.counter.add(blocks, all_local=lids is not None)
+                with phase("gather"):
+                    x, blocks = homogeneous_inputs(self.cfg, self.feat, self.pb, input_nodes,
+                                                   lids, blocks)
+                    target = self.task.target(self.label[seeds])
+                yield Batch(seeds.numel(), x, blocks, target)
         return lambda: seeded_sampling(seed, batches())
 
     def forward(self, module: nn.Module, batch: Batch) -> torch.Tensor:
@@ -147,7 +151,9 @@ class NodeBatches(BatchSource):
                                                           batch_size=bs)
             return
         for start in range(0, order.numel(), bs):
-            yield self.sampler.sample_blocks(self.g, order[start:start + bs])
+            with phase("sample"):
+                batch = self.sampler.sample_blocks(self.g, order[start:start + bs])
+            yield batch
 
     def evaluate(self, trainer: Any) -> dict[str, Any]:
         """The task's validation and test metrics over all nodes (layer-wise when the model

@@ -21,7 +21,7 @@ import numpy as np
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from dsgraph import checkpoint, dist, remat
+from dsgraph import checkpoint, dist, phases, remat
 from dsgraph.cluster.dgl_job import TrainerContext, run_dgl_job
 from dsgraph.compress import compression_context
 from dsgraph.config import Config
@@ -123,17 +123,20 @@ class SampledStrategy(DistGraphStrategy):
         # epoch is not this epoch's training time on the others (DDP would make them wait);
         # it also keeps a sparse step off the embedding tables until rank 0 has read them.
         dist.barrier()
+        clock = phases.EpochPhases(trainer.rank == 0) if self.cfg.train.profile else None
         t0 = time.perf_counter()
         joined = self.module.join() if src.ddp else contextlib.nullcontext()
         with joined:  # trainers may have unequal batch counts
             for batch in self.ahead(produce):
                 # The loss stays outside: its backward uses the saved log-softmax non-linearly,
                 # so quantizing it would bias every gradient.
-                with compression_context(self.cfg.compression):
-                    out = src.forward(self.module, batch)
-                loss = src.loss(batch, out)
+                with phases.phase("forward"):
+                    with compression_context(self.cfg.compression):
+                        out = src.forward(self.module, batch)
+                    loss = src.loss(batch, out)
                 trainer.step(loss)
-                src.after_step()
+                with phases.phase("optimizer"):
+                    src.after_step()
                 loss_sum += loss.item() * batch.size
                 if scores:
                     scores = [a + b for a, b in zip(scores, src.metric_sums(batch, out.detach()))]
@@ -141,6 +144,7 @@ class SampledStrategy(DistGraphStrategy):
                 batches += 1
                 trainer.advance(loss=loss.item(),
                                 **{src.rate_key: seen / (time.perf_counter() - t0)})
+        spent = None if clock is None else clock.values()
         train_s = dist.all_max([time.perf_counter() - t0])[0]
         figures = src.figures()
         total = dist.all_sum([loss_sum, seen, batches, *figures, *scores])
@@ -148,7 +152,8 @@ class SampledStrategy(DistGraphStrategy):
         return {"loss": total[0] / max(total[1], 1.0),
                 **(self.task.metrics(total[k:], "train") if scores else {}),
                 "samples_per_s": total[1] / train_s, "batches": int(total[2]),
-                **src.figure_record(total[3:k])}
+                **src.figure_record(total[3:k]),
+                **(phases.epoch_record(dist.all_sum(spent), total[1]) if spent else {})}
 
     def evaluate(self, trainer: Trainer, epoch: int) -> dict[str, Any]:
         """The source's validation and test figures."""
