@@ -182,3 +182,61 @@ def test_rgcn_relation_layers_equal_dgls_graphconv_in_float64_and_aggregate_firs
     assert widths[:3] and all(w in (32, 24) for w in widths[:3]), widths
     for a, b in zip(_rgcn_outputs_and_grads(ref, blocks, x), got, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+# --- aggregating input rows where they are stored (dsgraph.models.inputs) --------------------
+
+def _input_rows(block: dgl.DGLGraph, width: int, in_store: float, dtype=torch.float64):
+    """The block's source rows as InputRows (a ``in_store`` share in a larger store, in random
+    positions; the rest in a compact extra table) and the same rows as one tensor."""
+    from dsgraph.models.inputs import InputRows
+    g = torch.Generator().manual_seed(3)
+    n = block.num_src_nodes()
+    x = torch.randn(n, width, generator=g, dtype=dtype)
+    stored = torch.rand(n, generator=g) < in_store
+    store = torch.randn(5 * n, width, generator=g, dtype=dtype)
+    store_pos = torch.full((n,), -1, dtype=torch.int64)
+    store_pos[stored] = torch.randperm(5 * n, generator=g)[:int(stored.sum())]
+    store[store_pos[stored]] = x[stored]
+    extra_pos = torch.full((n,), -1, dtype=torch.int64)
+    extra_pos[~stored] = torch.randperm(int((~stored).sum()), generator=g)
+    extra = torch.empty(int((~stored).sum()), width, dtype=dtype)
+    extra[extra_pos[~stored]] = x[~stored]
+    return InputRows(store, store_pos, extra, extra_pos), x
+
+
+@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
+@pytest.mark.parametrize("in_store", [0.0, 0.7, 1.0])
+def test_input_rows_aggregated_in_place_equal_the_gathered_rows_in_float64(aggregator, in_store):
+    block = _sampled_block(_graph())
+    rows, x = _input_rows(block, 64, in_store)
+    assert torch.equal(rows.materialize(), x)
+    ref, lean = _pair(aggregator, 64, 16)
+    want = _outputs_and_grads(ref, block, x)  # DGL's SAGEConv on the gathered rows
+    mapped = _rows_mapped(lean, block, rows)
+    assert mapped == block.num_dst_nodes()  # aggregated first, from the rows in place
+    out = lean(block, rows)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    got = [out.detach()] + [p.grad for p in lean.parameters()]
+    for a, b in zip(got, [want[0]] + want[2:]):  # every parameter's gradient (inputs have none)
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_graphsage_on_input_rows_equals_it_on_tensors_and_other_readers_get_the_tensor():
+    graph = _graph()
+    sampler = dgl.dataloading.NeighborSampler([5, 10])
+    torch.manual_seed(1)
+    _, _, blocks = sampler.sample_blocks(graph, torch.arange(0, 2000, 50))
+    rows, x = _input_rows(blocks[0], 32, 0.6, torch.float32)
+    torch.manual_seed(4)
+    model = GraphSAGE(32, 5, hidden=16)
+    assert torch.allclose(model(blocks, rows), model(blocks, x), rtol=1e-5, atol=1e-5)
+    for aggregator in ("pool", "lstm"):  # not a sum of rows: materialized, same result
+        torch.manual_seed(4)
+        other = GraphSAGE(32, 5, hidden=16, aggregator=aggregator)
+        assert torch.equal(other(blocks, rows), other(blocks, x))
+    edgeless = dgl.create_block(([], []), num_src_nodes=blocks[0].num_src_nodes(),
+                                num_dst_nodes=blocks[0].num_dst_nodes())
+    ref, lean = _pair("mean", 32, 8)
+    ref, lean = ref.float(), lean.float()
+    assert torch.allclose(lean(edgeless, rows), ref(edgeless, x), atol=1e-6)

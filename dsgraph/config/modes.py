@@ -102,6 +102,11 @@ class SampledConfig(ModeSection):
                                  "the servers, sparse Adam updates)", ge=1, cap=MAX_FANOUT)
     embedding_lr: float = opt(0.05, "heterogeneous graphs: learning rate of those embeddings",
                               gt=0)
+    aggregate_in_place: bool = opt(True, "built-in SAGE models (mean, gcn) sum the first "
+                                         "block's source rows where they are stored (the "
+                                         "partition's shared memory, the cache's decoded rows) "
+                                         "instead of gathering them into one tensor first: the "
+                                         "same function, one copy of every input row fewer")
     local_sampling: bool = opt(False, "sample the neighbourhoods the trainer's partition stores "
                                       "in full (inner nodes, and halo nodes with `partition."
                                       "halo_hops: 2`) locally; only the rest over RPC")

@@ -21,6 +21,7 @@ from dgl.distributed.constants import DEFAULT_NTYPE
 from dsgraph.compress.rows import QuantizedRows
 from dsgraph.distgraph import cache_policy
 from dsgraph.distgraph.budget import ID_BYTES, cache_row_bytes, feature_budget_bytes
+from dsgraph.models.inputs import InputRows
 
 _log = logging.getLogger(__name__)
 _PULL_ROWS = 1 << 16  # rows per bulk pull (bounds the transient float32 chunk)
@@ -65,6 +66,8 @@ class CachedFeatures:
             self.own_rows = None
         self.cache_ids = torch.empty(0, dtype=torch.int64)
         self.cache: Optional[ExactRows | QuantizedRows] = None
+        # The batch reader hands the model InputRows (:meth:`input_rows`), not gathered rows.
+        self.in_place = False
 
     @property
     def width(self) -> int:
@@ -124,6 +127,26 @@ class CachedFeatures:
         needed: own rows are found by global id in shared memory)."""
         return self[ids]
 
+    def input_rows(self, ids: torch.Tensor) -> InputRows:
+        """Rows ``ids`` (global node ids) as :class:`~dsgraph.models.inputs.InputRows`: own
+        rows left in shared memory, the others (cache, RPC) gathered as :meth:`__getitem__`
+        gathers them."""
+        width = self.tensor.shape[1:]
+        none = torch.full_like(ids, -1)
+        if self.own_rows is None:
+            return InputRows(torch.empty((0, *width), dtype=self.tensor.dtype), none,
+                             self._remote(ids), torch.arange(ids.numel()))
+        remote = self.pb.nid2partid(ids, self.ntype) != self.partid
+        own = ~remote
+        store_pos = none.clone()
+        store_pos[own] = self.policy.to_local(ids[own])
+        rpos = remote.nonzero().squeeze(1)
+        extra_pos = none
+        extra_pos[rpos] = torch.arange(rpos.numel())
+        extra = self._remote(ids.index_select(0, rpos)) if rpos.numel() \
+            else torch.empty((0, *width), dtype=self.tensor.dtype)
+        return InputRows(self.own_rows, store_pos, extra, extra_pos)
+
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (global node ids), what ``g.ndata[name][ids]`` returns (cached rows as
         the cache stores them)."""
@@ -165,12 +188,14 @@ class CachedFeatures:
 
 
 def feature_cache(g, s: Any, trainers_per_machine: int,
-                  presample: Optional[Callable[[], Iterable[torch.Tensor]]] = None
-                  ) -> CachedFeatures:
+                  presample: Optional[Callable[[], Iterable[torch.Tensor]]] = None,
+                  model: Optional[torch.nn.Module] = None) -> CachedFeatures:
     """The trainer's reader of ``g.ndata["feat"]`` with its cache filled as the ``sampled``
     section ``s`` says; ``presample`` yields pre-sampled batches' input nodes for the
-    ``frequency`` policy (None: rank by degree)."""
+    ``frequency`` policy (None: rank by degree). With ``sampled.aggregate_in_place`` and a
+    ``model`` that takes InputRows (``takes_input_rows``), batches read :meth:`input_rows`."""
     feat = CachedFeatures(g, "feat")
+    feat.in_place = bool(s.aggregate_in_place and getattr(model, "takes_input_rows", False))
     pb = g.get_partition_book()
     own = int(pb.partid2nids(pb.partid).numel())
     budget = feature_budget_bytes(s.feature_memory_mb, own, feat.row_bytes,

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from dsgraph.errors import ConfigError
+from dsgraph.models.inputs import InputRows, materialized
 from dsgraph.models.order import aggregate_first, aggregate_first_is_cheaper
 
 
@@ -43,9 +44,16 @@ class StackedGNN(nn.Module):
     def _post(self, h: torch.Tensor) -> torch.Tensor:
         return h.flatten(1) if h.dim() == 3 else h  # GAT heads are concatenated
 
+    # forward takes InputRows (dsgraph.models.inputs): its layers that can aggregate them in
+    # place do (LeanSAGEConv), the others get the materialized tensor.
+    takes_input_rows = True
+
     def forward_layer(self, i: int, graph, h: torch.Tensor) -> torch.Tensor:
         """Apply layer ``i`` (with activation and dropout unless it is the last one)."""
-        h = self._post(self.layers[i](graph, h))
+        layer = self.layers[i]
+        if not isinstance(layer, LeanSAGEConv):
+            h = materialized(h)
+        h = self._post(layer(graph, h))
         if i < len(self.layers) - 1:
             h = self.dropout(torch.relu(h))
         return h
@@ -92,14 +100,39 @@ class LeanSAGEConv(dglnn.SAGEConv):
     checks outputs and every gradient against DGL's layer)."""
 
     def forward(self, graph, feat, edge_weight=None):
-        """As ``SAGEConv.forward``, in the cheaper order for mean and gcn aggregation."""
+        """As ``SAGEConv.forward``, in the cheaper order for mean and gcn aggregation; from
+        :class:`~dsgraph.models.inputs.InputRows`, aggregated where the rows are stored when it
+        aggregates first."""
         first = (self._aggre_type in ("mean", "gcn") and isinstance(graph, dgl.DGLGraph)
-                 and self._in_src_feats > self._out_feats
-                 and aggregate_first_is_cheaper(graph.num_src_nodes(), graph.num_dst_nodes(),
-                                                graph.num_edges(), self._in_src_feats,
-                                                self._out_feats))
-        with aggregate_first(self, first):
+                 and (self._in_src_feats <= self._out_feats
+                      or aggregate_first_is_cheaper(graph.num_src_nodes(), graph.num_dst_nodes(),
+                                                    graph.num_edges(), self._in_src_feats,
+                                                    self._out_feats)))
+        if isinstance(feat, InputRows):
+            if first and edge_weight is None and graph.is_block and \
+                    (self.feat_drop.p == 0 or not self.training):
+                return self._from_input_rows(graph, feat)
+            feat = feat.materialize()
+        with aggregate_first(self, first and self._in_src_feats > self._out_feats):
             return super().forward(graph, feat, edge_weight)
+
+    def _from_input_rows(self, block, rows: InputRows) -> torch.Tensor:
+        """SAGEConv's aggregate-first forward (mean or gcn) on a block whose source rows are
+        summed where they are stored: only the destinations' rows are gathered."""
+        h_self = rows.rows(torch.arange(block.num_dst_nodes()))
+        summed = rows.aggregate_sum(block)
+        degs = block.in_degrees().to(summed).unsqueeze(-1)
+        if self._aggre_type == "mean":
+            rst = self.fc_self(h_self) + self.fc_neigh(summed / degs.clamp(min=1))
+        else:  # gcn: the destination counts as one of its own neighbours
+            rst = self.fc_neigh((summed + h_self) / (degs + 1))
+            if self.bias is not None:
+                rst = rst + self.bias
+        if self.activation is not None:
+            rst = self.activation(rst)
+        if self.norm is not None:
+            rst = self.norm(rst)
+        return rst
 
 
 # A block's sources' out-degrees in the whole graph, where exact inference provides them

@@ -190,3 +190,16 @@ def test_sampled_training_with_int2_activation_compression(sampled_graph, sample
     # shared graph's 2-hop halos 0.653 vs 0.6945-0.699 (2026-12-03). Quantizing the loss's
     # saved log-softmax as well gave 0.45, which this margin still catches.
     assert b["test_acc"] > a["test_acc"] - 0.10, (a, b)
+
+
+@pytest.mark.timeout(300)
+def test_aggregating_inputs_in_place_trains_as_gathering_them(sampled_graph, sampled_run):
+    # sampled_run aggregates the first block's rows where they are stored (the default); the
+    # same run gathering them first computes the same function, so the same seed gives the
+    # same losses up to float32 summation order.
+    gathered = jobs.train_default(sampled_graph, "gathered", "train.epochs=3",
+                                  "sampled.aggregate_in_place=false", size=jobs.SHARED)
+    la, lb = ([r["loss"] for r in jobs.epochs(run)] for run in (sampled_run.path, gathered))
+    assert la == pytest.approx(lb, rel=1e-4), (la, lb)
+    a, b = jobs.summary(sampled_run.path), jobs.summary(gathered)
+    assert abs(a["test_acc"] - b["test_acc"]) <= 0.002, (a, b)

@@ -74,7 +74,7 @@ class LinkBatches(BatchSource):
             lambda g, seeds, fanout: local_frontier(g, index, seeds, fanout)))
         self.counter = SampleCounter(g, index)
         self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine,
-                                  lambda: self._presample(trainer.rank))
+                                  lambda: self._presample(trainer.rank), model=model)
         self.eval_edges = self._eval_edges(self.part_config.parent / meta["link_split"], trainer)
         self.steps_per_epoch = (self.train_src.numel() + s.batch_size - 1) // s.batch_size
         return model

@@ -63,7 +63,7 @@ class NodeBatches(BatchSource):
             else LocalHaloSampler(s.fanouts, index)
         self.counter = SampleCounter(g, index)
         self.feat = feature_cache(g, s, self.cfg.cluster.trainers_per_machine,
-                                  lambda: self._presample(trainer.rank))
+                                  lambda: self._presample(trainer.rank), model=model)
         self.steps_per_epoch = (self.split["train"].numel() + s.batch_size - 1) // s.batch_size
         return model
 

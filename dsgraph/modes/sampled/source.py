@@ -58,10 +58,12 @@ class FanoutBlocks(list):
 def homogeneous_inputs(cfg: Config, feat: Any, pb: Any, input_nodes: torch.Tensor,
                        lids: Optional[torch.Tensor], blocks: list) -> tuple[torch.Tensor, list]:
     """A batch's input features from ``feat`` (a CachedFeatures; ``lids``: the input nodes'
-    local ids, when known) and its blocks; with ``sampled.rematerialize`` the first
+    local ids, when known; InputRows when ``feat.in_place``) and its blocks; with ``sampled.rematerialize`` the first
     ``sampled.remat_layers`` blocks become RematBlocks and the features a placeholder (rows are
     pulled one owning partition at a time, :mod:`dsgraph.remat`)."""
     if not cfg.sampled.rematerialize:
+        if feat.in_place:  # the model sums the first block's rows where they are stored
+            return feat.input_rows(input_nodes), blocks
         return feat.by_local_id(input_nodes, lids), blocks
     chunk, comp, k = cfg.seqagg.chunk_rows, cfg.compression, cfg.sampled.remat_layers
     rb = remat.RematBlock(blocks[0], remat.FeatureRows(feat), pb.nid2partid, pb.partid, chunk,
