@@ -7,7 +7,7 @@ CONFIG ?= configs/default.yaml
 # editing either reinstalls, nothing else does.
 STAMP := $(VENV)/.stamp-$(shell sha1sum setup.cfg pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: install partition train demo bench test test-fast clean
+.PHONY: install partition train demo bench test test-fast graphstorm-venv clean
 
 install: $(STAMP)
 
@@ -32,6 +32,19 @@ demo: install
 bench: install
 	$(BIN)/python -m benchmarks all $(ARGS)
 
+# The GraphStorm peer of the scale benchmark (benchmarks/graphstorm_trainer.py) needs what dsgraph
+# does not (transformers, ogb, h5py, scikit-learn): its own venv on the same pinned torch and DGL.
+# GraphStorm 0.4.0: 0.4.1 and later pin torchdata 0.9.0, which DGL 2.1.0's torch cannot take.
+GS_VENV := .venv-graphstorm
+graphstorm-venv: $(GS_VENV)/.installed
+
+$(GS_VENV)/.installed: constraints.txt
+	test -x $(GS_VENV)/bin/python || $(PY) -m venv $(GS_VENV)
+	$(GS_VENV)/bin/python -m pip install --quiet --upgrade "pip<25"
+	$(GS_VENV)/bin/python -m pip install --quiet -c constraints.txt graphstorm==0.4.0 \
+		transformers==4.36.0 torch dgl torchdata pyyaml tqdm
+	touch $@
+
 # `make test` runs every test: the unit tests and every multi-process job. Test files run in
 # TEST_WORKERS processes (pytest-xdist; a file's tests stay together, so its module fixtures are
 # built once, session fixtures once per worker): a multi-process test mostly waits on barriers,
@@ -51,4 +64,4 @@ test-fast: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow" $(ARGS)
 
 clean:
-	rm -rf $(VENV) data runs partitions .pytest_cache *.egg-info
+	rm -rf $(VENV) $(GS_VENV) data runs partitions .pytest_cache *.egg-info

@@ -16,6 +16,10 @@ trainer per host, each host with its own /dev/shm) on a ``veth`` link and on one
 1 Gbit/s (``veth_throttled``); at 1M also 4 hosts on a bridge (``veth``). Rows per deployment:
 
 - ``stock``: DGL's distributed GraphSAGE example logic, unpatched servers.
+- ``graphstorm`` (2 hosts over veth, where GraphStorm's venv exists: ``make graphstorm-venv``):
+  GraphStorm 0.4.0's built-in node classification (its SAGE encoder, whose aggregator is
+  ``pool``, after an input projection) with its own trainer and loaders, on stock's partitions
+  and unpatched servers (``benchmarks.graphstorm_trainer``).
 - ``no_cache``: dsgraph with ``sampled.feature_memory_mb=0`` (every remote row over RPC); the
   probe that sizes the next row, reported too.
 - ``equal_memory``: dsgraph with a feature cache of
@@ -33,7 +37,9 @@ Job memory is the peak summed PSS of every process of a job, as its supervisor m
 (:class:`benchmarks.jobs.SupervisedMemory`, stock and dsgraph alike: shared memory counted once); ``peak_rss_mb`` is the
 largest process's peak RSS, ``planned_peak_mb`` dsgraph's memory plan's largest process.
 Samples/s = training seeds per second summed over trainers, median over epochs 2.., then over
-repeats (default 2, with min/max). Stock, no_cache and defaults run first, repeats round-robin
+repeats (default 2, with min/max). Every dsgraph, stock and limit job times its phases
+(``train.profile`` / ``--phases``, :mod:`dsgraph.phases`): breakdown records (``phase``,
+``cpu_s_per_1k_seeds``) and a table per size. Stock, no_cache and defaults run first, repeats round-robin
 over them (the limit once per repeat); then equal_memory, whose budget needs their medians. The
 report states per size and deployment whether dsgraph met its targets (equal_memory >= 1.5x
 stock's throughput on veth, 2x throttled, 1.3x on 4 hosts, memory <= 1.05x, >= 1.0x the limit's

@@ -179,7 +179,8 @@ def _plot(rows: list[dict], fig: Any) -> None:
                  else f"{variant}, {link}, {hosts} hosts")
         style = {"label": label, "marker": "o",
                  "linestyle": "--" if link == "veth_throttled" else "-",
-                 "color": {"stock": "tab:gray", "no_cache": "tab:orange",
+                 "color": {"stock": "tab:gray", "graphstorm": "tab:purple",
+                           "no_cache": "tab:orange",
                            "equal_memory": "tab:blue", "defaults": "tab:green",
                            "limit": "black"}.get(variant)}
         if hosts > 2:

@@ -18,6 +18,7 @@ from benchmarks.scale.report import VIEW, compare
 from dsgraph import config as config_mod
 from dsgraph.cluster.netns import LINK, HostsUnavailable, emulated_hosts
 from dsgraph.data import load_graph
+from dsgraph.errors import JobFailed, UserError
 from dsgraph.partition import partition_graph
 
 Hosts = tuple[list[str], list[str]]
@@ -46,15 +47,25 @@ def _stock_args(cfg) -> list[str]:
 
 
 def _job(variant: str, sets: list[str], tmp: Path, parts: int, run_name: str) -> dict:
-    """One fresh job of stock or a dsgraph variant on ``parts`` emulated hosts."""
-    stock = variant == "stock"
-    part_dir = tmp / f"{'stock' if stock else 'p'}{parts}"
+    """One fresh job of a peer (stock, GraphStorm: on DGL's own partitions) or a dsgraph
+    variant on ``parts`` emulated hosts."""
+    peer = st.PEERS.get(variant)
+    part_dir = tmp / f"{'stock' if peer else 'p'}{parts}"
+    if variant == "graphstorm":
+        sets = [*sets, "train.profile=false", f"cluster.python={st.GRAPHSTORM_PYTHON}"]
     cfg = config_mod.load(st.CONFIG, [*sets, f"partition.num_parts={parts}",
                                       f"partition.out_dir={part_dir}"])
-    stock_args = _stock_args(cfg) + ["--gloo-ifname", LINK] if stock else []
-    m = jobs.measured_job(cfg, tmp / run_name, st.STOCK_TRAINER if stock else None, stock_args,
-                          part_dir / "graph.json")
+    peer_args = _stock_args(cfg) + ["--gloo-ifname", LINK] if peer else []
+    m = jobs.measured_job(cfg, tmp / run_name, peer, peer_args, part_dir / "graph.json")
     return _figures(m)
+
+
+def graphstorm_missing() -> Optional[str]:
+    """Why the GraphStorm row cannot run here (None: it can)."""
+    if not Path(st.GRAPHSTORM_PYTHON).is_file():
+        return (f"no GraphStorm interpreter at {st.GRAPHSTORM_PYTHON} (`make graphstorm-venv` "
+                f"builds one; DSGRAPH_GRAPHSTORM_PYTHON names another)")
+    return None
 
 
 def _limit_job(sets: list[str], tmp: Path, run_name: str) -> dict:
@@ -105,7 +116,7 @@ def _breakdown(row: dict, runs: list[dict]) -> list[dict]:
 def _row(size: st.Size, dep: st.Deployment, variant: str, runs: list[dict],
          budget_mb: Optional[float]) -> dict:
     """One table row: the medians over a row's runs, with the spread of the throughput."""
-    return _median_row({"size": size.name, "system": "stock" if variant == "stock"
+    return _median_row({"size": size.name, "system": variant if variant in st.PEERS
                         else "dsgraph", "variant": variant, "nodes": size.nodes,
                         "hosts": dep.hosts, "parts": dep.hosts, "link": dep.link,
                         "feature_memory_mb": budget_mb}, runs)
@@ -119,12 +130,12 @@ def _median_row(row: dict, runs: list[dict]) -> dict:
 def _budget(variant: str, size: st.Size, dep: st.Deployment,
             budgets: dict[st.Deployment, float]) -> Optional[float]:
     """The feature budget per trainer a row runs with (the default's as dsgraph computes it)."""
-    return {"stock": None, "no_cache": 0.0, "equal_memory": budgets.get(dep),
+    return {"stock": None, "graphstorm": None, "no_cache": 0.0, "equal_memory": budgets.get(dep),
             "defaults": st.default_budget_mb(size.nodes, dep.hosts)}[variant]
 
 
 def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epochs: int,
-             quick: bool) -> list[dict]:
+             quick: bool, skipped: dict[str, str]) -> list[dict]:
     """Every row of ``size`` over the deployments in ``hosts``.
 
     Stock, no_cache and defaults run first, repeats round-robin over them (every row's first
@@ -133,7 +144,11 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
     no_cache job memory, and the equal_memory rows run, round-robin again with stock run once
     more beside them: at 250k the second phase ran ~15% faster than the first (equal_memory
     with the defaults' budget beat the defaults by that much), so stock's median spans both.
+    GraphStorm runs in the first phase on 2 hosts over veth where its interpreter exists; a
+    GraphStorm job that fails drops its row (the reason goes to ``skipped``), not the run.
     """
+    gs_dep = st.Deployment("veth", 2)
+    gs_why = graphstorm_missing()
     runs: dict[tuple[st.Deployment, str], list[dict]] = {}
     limit_runs: list[dict] = []
     budgets: dict[st.Deployment, float] = {}
@@ -160,18 +175,30 @@ def run_size(size: st.Size, hosts: dict[st.Deployment, Hosts], repeats: int, epo
                           f"{limit_runs[-1]['samples_per_s']:,.0f} seeds/s, "
                           f"{limit_runs[-1]['job_memory_mb'] or 0:,.0f} MiB", flush=True)
                 for dep, dep_hosts in hosts.items():
-                    for variant in phase:
+                    extra = ("graphstorm",) if "no_cache" in phase and dep == gs_dep \
+                        and gs_why is None else ()
+                    for variant in phase + extra:
                         port += 1  # a fresh server port per job: no TIME_WAIT clash
                         sets = [*base, *jobs.host_sets(tmp, dep_hosts, port)]
                         if variant != "stock":
                             sets += st.variant_sets(variant, budgets.get(dep))
                         # stock runs in both phases: each run its own folder
                         name = f"{variant}-{dep.hosts}-{dep.link}-{r}-{len(budgets)}"
-                        got = _job(variant, sets, tmp, dep.hosts, name)
+                        try:
+                            got = _job(variant, sets, tmp, dep.hosts, name)
+                        except (JobFailed, UserError) as exc:
+                            if variant != "graphstorm":
+                                raise
+                            gs_why = f"its job failed: {exc}"
+                            runs.pop((dep, variant), None)
+                            print(f"  graphstorm row dropped: {gs_why}", flush=True)
+                            continue
                         runs.setdefault((dep, variant), []).append(got)
                         print(f"  [{r + 1}/{repeats}] {size.name} {dep.label} {variant}: "
                               f"{got['samples_per_s']:,.0f} seeds/s, "
                               f"{got['job_memory_mb'] or 0:,.0f} MiB", flush=True)
+    if gs_why is not None:
+        skipped[f"{size.name} graphstorm"] = gs_why
     rows = [_row(size, dep, v, runs[dep, v], _budget(v, size, dep, budgets))
             for dep in hosts for v in st.VARIANTS if (dep, v) in runs]
     rows.append(_median_row({"size": size.name, "system": "dgl", "variant": "limit",
@@ -215,7 +242,7 @@ def run(quick: bool, datasets: Optional[list[str]] = None) -> Path:
         report.extra.setdefault("skipped", {}).update(skipped)
         for size in sizes.values():
             mine = {d: h for d, h in hosts.items() if d in st.deployments(size)}
-            for row in run_size(size, mine, repeats, epochs, quick):
+            for row in run_size(size, mine, repeats, epochs, quick, report.extra["skipped"]):
                 report.add(row)
     report.extra["wall_s"] = time.perf_counter() - t_start
     return report.save()

@@ -11,6 +11,11 @@ from dsgraph.distgraph.budget import MB, feature_budget_bytes
 
 THROTTLE = "1gbit"
 STOCK_TRAINER = "benchmarks.stock_dgl_trainer"
+# The second peer: GraphStorm 0.4.0's node classification (benchmarks/graphstorm_trainer.py)
+# from its own venv (`make graphstorm-venv`, or the interpreter DSGRAPH_GRAPHSTORM_PYTHON
+# names), on stock's partitions, on 2 hosts over veth.
+GRAPHSTORM_TRAINER = "benchmarks.graphstorm_trainer"
+GRAPHSTORM_PYTHON = os.environ.get("DSGRAPH_GRAPHSTORM_PYTHON", ".venv-graphstorm/bin/python")
 CONFIG = "configs/default.yaml"
 FEAT_DIM = 256
 AVG_DEGREE = 10
@@ -22,7 +27,8 @@ TEST_NODES = 8_192
 # dsgraph's job memory may exceed stock's by this share at most (the targets' 1.05x, less a
 # margin for what the budget does not count: the cache's index, allocator slack)
 EQUAL_MEMORY_HEADROOM = 1.04
-VARIANTS = ("stock", "no_cache", "equal_memory", "defaults")
+VARIANTS = ("stock", "graphstorm", "no_cache", "equal_memory", "defaults")
+PEERS = {"stock": STOCK_TRAINER, "graphstorm": GRAPHSTORM_TRAINER}  # variant: trainer module
 # The limit row: plain DGL, the whole graph (this file in the size's folder) in memory in each
 # of one process per core, no servers (benchmarks/limit_trainer.py).
 WHOLE_GRAPH = "whole_graph.bin"
