@@ -51,8 +51,9 @@ from graphstorm.eval import GSgnnClassificationEvaluator  # noqa: E402
 from graphstorm.trainer import GSgnnNodePredictionTrainer  # noqa: E402
 from graphstorm.utils import get_device  # noqa: E402
 
-from benchmarks.stock_dgl_common import (all_reduce, append_metrics, count_classes,  # noqa: E402
-                                         disconnect, write_json_atomic)
+from benchmarks.stock_dgl_common import (add_training_args, all_reduce,  # noqa: E402
+                                         append_metrics, count_classes, disconnect,
+                                         write_json_atomic)
 
 NTYPE = dgl.distributed.constants.DEFAULT_NTYPE  # "_N": the node type of a homogeneous graph
 
@@ -60,22 +61,12 @@ NTYPE = dgl.distributed.constants.DEFAULT_NTYPE  # "_N": the node type of a homo
 def parse_args() -> argparse.Namespace:
     """Command line of the trainer (the stock trainer's options)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-dir", required=True, help="folder for stock_metrics.jsonl / summary")
-    p.add_argument("--fanouts", default="10,25", help="comma list, one per layer")
+    add_training_args(p)
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-batch-size", type=int, default=4096)
     p.add_argument("--eval", choices=("sampled", "layerwise"), default="sampled",
                    help="sampled: mini-batch inference with --fanouts; layerwise: full-graph "
                         "inference (needs servers that imported graphstorm.distributed)")
     p.add_argument("--num-classes", type=int, default=0, help="0: max label + 1")
-    p.add_argument("--gloo-ifname", default=None,
-                   help="network interface for gloo (GLOO_SOCKET_IFNAME)")
     return p.parse_args()
 
 

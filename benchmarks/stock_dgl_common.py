@@ -79,8 +79,15 @@ def seeds_line(name: str) -> Callable[[int, dict[str, Any]], str]:
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """The options every stock trainer takes."""
-    p.add_argument("--run-dir", required=True, help="folder for stock_metrics.jsonl / summary")
+    add_training_args(p)
     p.add_argument("--graph-name", default=None, help="default: graph_name of the partition JSON")
+    p.add_argument("--phases", action="store_true",
+                   help="time each epoch's phases into its record (dsgraph.phases)")
+
+
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    """The options of every peer's training run (GraphStorm's trainer takes these too)."""
+    p.add_argument("--run-dir", required=True, help="folder for stock_metrics.jsonl / summary")
     p.add_argument("--fanouts", default="10,25", help="comma list, one per layer")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--hidden", type=int, default=128)
@@ -89,8 +96,6 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-batch-size", type=int, default=4096)
-    p.add_argument("--phases", action="store_true",
-                   help="time each epoch's phases into its record (dsgraph.phases)")
     p.add_argument("--gloo-ifname", default=None,
                    help="network interface for gloo (GLOO_SOCKET_IFNAME), as a user exports it "
                         "on hosts whose hostname does not resolve to the cluster network")
