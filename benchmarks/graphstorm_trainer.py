@@ -1,4 +1,4 @@
-"""GraphStorm 0.4.0 node-classification trainer: the GraphStorm peer of the sampled benchmark.
+"""GraphStorm 0.4.0 node-classification trainer: the GraphStorm peer of the scale benchmark.
 
 It trains GraphStorm's built-in node-classification model (``model_encoder_type: sage``: an
 input projection to ``--hidden``, ``--num-layers`` GraphStorm SAGE layers with GraphStorm's fixed
@@ -7,12 +7,12 @@ input projection to ``--hidden``, ``--num-layers`` GraphStorm SAGE layers with G
 ``graphstorm.run.gsgnn_np`` without its ssh launcher. It reads the partitions of stock
 ``dgl.distributed.partition_graph`` of a homogeneous graph (node type ``_N``; ndata ``feat``,
 ``label``, ``train_mask``, ``val_mask``, ``test_mask``). GraphStorm needs packages dsgraph's venv
-lacks (transformers 4.36.0, ogb, h5py), so the job runs from a venv holding graphstorm==0.4.0 on
-the same torch 2.2.1 / dgl 2.1.0, with the checkout on PYTHONPATH: its python calls
+lacks (transformers 4.36.0, ogb, h5py), so its processes run on the interpreter of a venv
+holding graphstorm==0.4.0 on the same torch 2.2.1 / dgl 2.1.0 (``make graphstorm-venv``):
 ``dsgraph.cluster.dgl_job.run_dgl_job(run_dir, part_config, cluster,
-"benchmarks.graphstorm_trainer", args, stock=True)``, which starts the DGL servers and these
-trainers (``python -m benchmarks.graphstorm_trainer --run-dir RUN ...``) with DGL's environment
-and torch.distributed's env:// variables.
+"benchmarks.graphstorm_trainer", args, stock=True)`` with ``cluster.python`` naming it starts
+the DGL servers and these trainers (``python -m benchmarks.graphstorm_trainer --run-dir RUN
+...``) with DGL's environment and torch.distributed's env:// variables.
 
 ``--eval sampled`` (the default) is GraphStorm's mini-batch inference of the validation and test
 nodes with ``--fanouts``; ``--eval layerwise`` is its full-graph inference, which sends

@@ -11,8 +11,9 @@ seconds inside ``sample`` and ``gather`` that were not this thread's CPU are ``w
 for servers' replies, or for a core.
 
 The clock is off unless :func:`start` turned it on (``train.profile`` in dsgraph, ``--phases``
-in the stock peers, which import this module and nothing else of dsgraph: it uses only the
-standard library, so both sides are measured by one instrument). Off, :func:`phase` is a no-op.
+in the stock peers, which import this module and nothing else of dsgraph: it imports only the
+standard library, and DGL's sampler module once a clock starts, so both sides are measured by
+one instrument). Off, :func:`phase` is a no-op.
 :func:`servers_cpu_s` reads the CPU seconds of the job's DistGraph servers on this host.
 """
 from __future__ import annotations
