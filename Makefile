@@ -38,11 +38,11 @@ bench: install
 GS_VENV := .venv-graphstorm
 graphstorm-venv: $(GS_VENV)/.installed
 
-$(GS_VENV)/.installed: constraints.txt
+$(GS_VENV)/.installed: constraints.txt Makefile
 	test -x $(GS_VENV)/bin/python || $(PY) -m venv $(GS_VENV)
 	$(GS_VENV)/bin/python -m pip install --quiet --upgrade "pip<25"
 	$(GS_VENV)/bin/python -m pip install --quiet -c constraints.txt graphstorm==0.4.0 \
-		transformers==4.36.0 torch dgl torchdata pyyaml tqdm
+		transformers==4.36.0 torch dgl torchdata pandas pydantic pyyaml tqdm
 	touch $@
 
 # `make test` runs every test: the unit tests and every multi-process job. Test files run in
