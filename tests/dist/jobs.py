@@ -124,14 +124,18 @@ def summary(run: Path) -> dict:
     return json.loads((run / "metrics.json").read_text())
 
 
-def check_phases(lines: list[dict]) -> None:
+def check_phases(lines: list[dict], trainers: int = 2) -> None:
     """``train.profile``'s phases are per 1,000 seeds: the job's CPU in an epoch (trainers'
     phases and other threads, servers) fits in the machine's cores over the epoch's seconds,
-    and the trainers' own work is most of it."""
+    and the trainers' waiting in their own wall time. (No lower bound: with other test workers
+    on the cores the job may get a small share of them.)"""
     for r in lines:
         ph, seeds = r["phases"], r["samples_per_s"] * r["epoch_s"]
         assert list(ph) == list(phases.RECORD_KEYS), ph
         assert all(v >= 0 for v in ph.values()) and ph["servers"] is not None, ph
         assert min(ph["sample"], ph["block"], ph["gather"], ph["forward"], ph["backward"]) > 0, ph
         cpu_s = sum(v for k, v in ph.items() if k != "wait") * seeds / 1000
-        assert 0.5 * r["epoch_s"] <= cpu_s <= 1.1 * os.cpu_count() * r["epoch_s"], (cpu_s, r)
+        assert cpu_s <= 1.1 * os.cpu_count() * r["epoch_s"], (cpu_s, r)
+        assert ph["wait"] * seeds / 1000 <= 1.01 * trainers * r["epoch_s"], r
+        # CPU seconds, whatever the load: a forward and backward cost well over 0.1 us a seed
+        assert ph["forward"] + ph["backward"] >= 1e-4, ph
