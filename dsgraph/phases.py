@@ -87,11 +87,6 @@ def start() -> PhaseClock:
     return _ACTIVE
 
 
-def active() -> Optional[PhaseClock]:
-    """The process's clock, or None while it is off."""
-    return _ACTIVE
-
-
 def phase(name: str) -> contextlib.AbstractContextManager:
     """``with phase("sample"): ...`` times the block into ``name`` while the clock is on."""
     clock = _ACTIVE

@@ -129,19 +129,17 @@ class CachedFeatures:
 
     def input_rows(self, ids: torch.Tensor) -> InputRows:
         """Rows ``ids`` (global node ids) as :class:`~dsgraph.models.inputs.InputRows`: own
-        rows left in shared memory, the others (cache, RPC) gathered as :meth:`__getitem__`
-        gathers them."""
+        rows left in shared memory, the others (cache, RPC) in one compact tensor."""
         width = self.tensor.shape[1:]
-        none = torch.full_like(ids, -1)
+        nowhere = torch.full_like(ids, -1)
         if self.own_rows is None:
-            return InputRows(torch.empty((0, *width), dtype=self.tensor.dtype), none,
+            return InputRows(torch.empty((0, *width), dtype=self.tensor.dtype), nowhere,
                              self._remote(ids), torch.arange(ids.numel()))
         remote = self.pb.nid2partid(ids, self.ntype) != self.partid
         own = ~remote
-        store_pos = none.clone()
+        store_pos, extra_pos = nowhere, nowhere.clone()
         store_pos[own] = self.policy.to_local(ids[own])
         rpos = remote.nonzero().squeeze(1)
-        extra_pos = none
         extra_pos[rpos] = torch.arange(rpos.numel())
         extra = self._remote(ids.index_select(0, rpos)) if rpos.numel() \
             else torch.empty((0, *width), dtype=self.tensor.dtype)
@@ -149,21 +147,9 @@ class CachedFeatures:
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (global node ids), what ``g.ndata[name][ids]`` returns (cached rows as
-        the cache stores them)."""
-        if self.own_rows is None:
-            return self._remote(ids)
-        remote = self.pb.nid2partid(ids, self.ntype) != self.partid
-        if not bool(remote.any()):
-            return self.own_rows.index_select(0, self.policy.to_local(ids))
-        # One gather over every position (remote ones read row 0, overwritten below) beats
-        # gathering own rows apart and merging them in.
-        local = torch.zeros_like(ids)
-        own = ~remote
-        local[own] = self.policy.to_local(ids[own])
-        out = self.own_rows.index_select(0, local)
-        rpos = remote.nonzero().squeeze(1)
-        out.index_copy_(0, rpos, self._remote(ids.index_select(0, rpos)))
-        return out
+        the cache stores them): :meth:`input_rows` gathered into one tensor (one gather over
+        every position, remote ones overwritten, beats gathering own rows apart)."""
+        return self.input_rows(ids).materialize()
 
     def _decoded(self, pos: torch.Tensor) -> torch.Tensor:
         """Cache rows at ``pos``, shaped and typed as the served tensor's rows."""

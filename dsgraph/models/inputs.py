@@ -34,11 +34,6 @@ class InputRows:
         return int(self.store_pos.numel())
 
     @property
-    def shape(self) -> torch.Size:
-        """The materialized tensor's shape."""
-        return torch.Size((self.num_rows, *self.extra.shape[1:]))
-
-    @property
     def dtype(self) -> torch.dtype:
         """The rows' dtype."""
         return self.extra.dtype
