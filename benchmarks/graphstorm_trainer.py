@@ -36,7 +36,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -51,7 +50,7 @@ from graphstorm.eval import GSgnnClassificationEvaluator  # noqa: E402
 from graphstorm.trainer import GSgnnNodePredictionTrainer  # noqa: E402
 from graphstorm.utils import get_device  # noqa: E402
 
-from benchmarks.stock_dgl_common import (add_training_args, all_reduce,  # noqa: E402
+from benchmarks.stock_dgl_common import (EpochTally, add_training_args,  # noqa: E402
                                          append_metrics, count_classes, disconnect,
                                          write_json_atomic)
 
@@ -96,30 +95,19 @@ def gs_config(args: argparse.Namespace, run_dir: Path, num_classes: int) -> GSCo
     return config
 
 
-class Tally:
-    """Forward hook on the loss function: loss x seeds, correct, seeds and batches so far."""
-
-    def __init__(self) -> None:
-        self.sums = [0.0, 0.0, 0.0, 0.0]
-
-    def __call__(self, module: Any, inputs: tuple, loss: torch.Tensor) -> None:
-        """Count one training batch from the hook's (logits, labels) and loss."""
-        logits, labels = inputs[0].detach(), inputs[1]
-        n = float(labels.numel())
-        correct = float((logits.argmax(1) == labels.long()).sum())
-        for i, v in enumerate((float(loss.detach()) * n, correct, n, 1.0)):
-            self.sums[i] += v
-
-
 class EpochLoader(GSgnnNodeDataLoader):
     """GraphStorm's training loader that also seeds each epoch as the stock trainer does, times
     it (start of iteration to every trainer's last batch) and has rank 0 write its record."""
 
-    def __init__(self, *a: Any, args: argparse.Namespace, tally: Tally, metrics: Path,
-                 **kw: Any) -> None:
+    def __init__(self, *a: Any, args: argparse.Namespace, metrics: Path, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.args, self.tally, self.metrics = args, tally, metrics
-        self.epoch, self.t0, self.rates = 0, 0.0, []
+        self.args, self.metrics = args, metrics
+        self.epoch, self.rates, self.tally = 0, [], EpochTally()
+
+    def count(self, module: Any, inputs: tuple, loss: torch.Tensor) -> None:
+        """Forward hook on the model's loss function: count one training batch from its
+        (logits, labels) and loss."""
+        self.tally.count(loss, inputs[0], inputs[1].long())
 
     def __iter__(self) -> "EpochLoader":
         """Start an epoch: seed shuffle and sampling, reset the tally, start the clock."""
@@ -127,8 +115,7 @@ class EpochLoader(GSgnnNodeDataLoader):
         epoch_seed = self.args.seed * 1000 + dist.get_rank() + self.epoch
         torch.manual_seed(epoch_seed)  # the loader's shuffle
         dgl.seed(epoch_seed)  # neighbour sampling
-        self.tally.sums = [0.0, 0.0, 0.0, 0.0]
-        self.t0 = time.perf_counter()
+        self.tally = EpochTally()  # its clock starts now
         return super().__iter__()
 
     def __next__(self) -> Any:
@@ -141,11 +128,7 @@ class EpochLoader(GSgnnNodeDataLoader):
 
     def end_epoch(self) -> None:
         """Combine the epoch's clock and tally over the trainers; rank 0 writes the record."""
-        loop_s = all_reduce([time.perf_counter() - self.t0], dist.ReduceOp.MAX)[0]
-        tot = all_reduce(self.tally.sums)
-        rec = {"epoch": self.epoch, "samples_per_s": tot[2] / loop_s, "epoch_s": loop_s,
-               "loss": tot[0] / max(tot[2], 1.0), "train_acc": tot[1] / max(tot[2], 1.0),
-               "batches": int(tot[3])}
+        rec = {"epoch": self.epoch, **self.tally.record()}
         self.rates.append(rec["samples_per_s"])
         if dist.get_rank() == 0:
             append_metrics(self.metrics, rec)
@@ -174,8 +157,6 @@ def main() -> None:
     model = gs.create_builtin_node_gnn_model(g, config, train_task=True)
     trainer = GSgnnNodePredictionTrainer(model, topk_model_to_save=config.topk_model_to_save)
     trainer.setup_device(device=get_device())
-    tally = Tally()
-    model.loss_func.register_forward_hook(tally)
 
     metrics = run_dir / "stock_metrics.jsonl"
     if rank == 0:
@@ -183,7 +164,8 @@ def main() -> None:
     loader = EpochLoader(data, data.get_node_train_set(NTYPE), fanout=config.fanout,
                          batch_size=config.batch_size, train_task=True,
                          node_feats=config.node_feat_name, label_field=config.label_field,
-                         args=args, tally=tally, metrics=metrics)
+                         args=args, metrics=metrics)
+    model.loss_func.register_forward_hook(loader.count)
     val_loader, test_loader = (
         GSgnnNodeDataLoader(data, idxs, fanout=config.eval_fanout if config.use_mini_batch_infer
                             else [], batch_size=config.eval_batch_size, train_task=False,

@@ -171,8 +171,14 @@ class EpochTally:
             loss.backward()
         with phase("optimizer"):
             opt.step()
+        self.count(loss, out, y)
+
+    def count(self, loss: torch.Tensor, out: torch.Tensor, y: torch.Tensor) -> None:
+        """Add one batch to the sums: its mean ``loss``, the rows of ``out`` whose argmax is
+        ``y``, its seeds."""
         n = float(y.numel())
-        for i, v in enumerate((loss.item() * n, float((out.argmax(1) == y).sum()), n, 1.0)):
+        correct = float((out.detach().argmax(1) == y).sum())
+        for i, v in enumerate((loss.item() * n, correct, n, 1.0)):
             self.sums[i] += v
 
     def record(self) -> dict[str, Any]:
